@@ -1,0 +1,43 @@
+"""Single-runner jobs for Airflow and Prefect: a lease lock with a fencing token.
+
+    from lease_integrations import connect, LeaseLock
+
+    store = connect("sqlite:///var/lib/jobs/leases.db")
+    with LeaseLock(store, "nightly-billing", ttl=30.0).hold() as lease:
+        ...  # lease.token fences your writes
+"""
+
+from .core import (
+    ConfigurationError,
+    Lease,
+    LeaseBusy,
+    LeaseError,
+    LeaseEvent,
+    LeaseLock,
+    LeaseLost,
+    LeaseRecord,
+    LeaseStore,
+    StaleToken,
+    StoreUnavailable,
+)
+from .core.fencing import SqlFence
+from .stores import connect
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigurationError",
+    "Lease",
+    "LeaseBusy",
+    "LeaseError",
+    "LeaseEvent",
+    "LeaseLock",
+    "LeaseLost",
+    "LeaseRecord",
+    "LeaseStore",
+    "SqlFence",
+    "StaleToken",
+    "StoreUnavailable",
+    "__version__",
+    "connect",
+]

@@ -1,0 +1,94 @@
+"""One exception hierarchy, so callers can catch ``LeaseError`` and know they
+have caught everything this library raises on purpose."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .record import LeaseRecord
+
+
+class LeaseError(Exception):
+    """Base of every error raised by lease_integrations."""
+
+
+class ConfigurationError(LeaseError, ValueError):
+    """A bad key, ttl, URL or policy. Raised before any work starts, so a
+    misconfigured job never runs and never touches a lease record."""
+
+
+class StoreUnavailable(LeaseError, ConnectionError):
+    """The lease store could not be reached or answered with an error.
+
+    Strict by default: a job whose store is down does not run unprotected.
+    The URL in the message has its password masked."""
+
+    def __init__(self, message: str, *, url: str | None = None) -> None:
+        self.url = url
+        super().__init__(f"{message} (store: {url})" if url else message)
+
+
+class LeaseBusy(LeaseError):
+    """The lease is held by someone else. Names the holder and when its lease
+    expires, so a person reading a log knows whom to look for."""
+
+    def __init__(self, key: str, record: LeaseRecord | None = None) -> None:
+        self.key = key
+        self.record = record
+        self.holder: str | None = record.holder if record else None
+        self.token: int | None = record.token if record else None
+        self.expires_at: datetime | None = record.expires_at if record else None
+        self.meta: dict[str, Any] = dict(record.meta) if record else {}
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        if self.record is None or self.holder is None:
+            return f"lease {self.key!r} is busy"
+        when = _fmt_time(self.expires_at)
+        about = describe_meta(self.meta)
+        about = f" ({about})" if about else ""
+        return (
+            f"lease {self.key!r} is held by {self.holder}{about} with token {self.token}, "
+            f"until {when} unless renewed"
+        )
+
+
+class LeaseLost(LeaseError):
+    """The lease stopped being ours while the protected code ran: a renewal was
+    refused, the trust window closed, or an operator broke it. Whatever the
+    protected code did after this point was not exclusive."""
+
+    def __init__(self, key: str, token: int | None = None, reason: str = "") -> None:
+        self.key = key
+        self.token = token
+        self.reason = reason
+        tok = f" (token {token})" if token is not None else ""
+        why = f": {reason}" if reason else ""
+        super().__init__(f"lease {key!r}{tok} was lost{why}")
+
+
+class StaleToken(LeaseError):
+    """A fenced resource refused a write whose fencing token is older than one
+    it has already accepted: a paused or cut-off former holder woke up late."""
+
+    def __init__(self, resource: str, token: int, newest: int | None = None) -> None:
+        self.resource = resource
+        self.token = token
+        self.newest = newest
+        newer = f"; it has already accepted token {newest}" if newest is not None else ""
+        super().__init__(f"stale fencing token {token} for resource {resource!r}{newer}")
+
+
+def describe_meta(meta: dict[str, Any]) -> str:
+    """Render the holder's meta the way a person wants to read it in a log."""
+    order = ("dag_id", "task_id", "run_id", "try_number", "flow_name", "flow_run_id", "host", "pid")
+    parts = [f"{k}={meta[k]}" for k in order if meta.get(k) not in (None, "")]
+    return ", ".join(parts)
+
+
+def _fmt_time(value: datetime | None) -> str:
+    if value is None:
+        return "an unknown time"
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"

@@ -1,0 +1,12 @@
+"""Fencing guards: make a resource reject a write whose token is older than one
+it has already accepted.
+
+A lease alone cannot guarantee exclusion (a holder paused past its ttl wakes
+up believing it still holds the lease). The guard closes that gap at the
+resource: it joins the caller's own write (like etcd's ``IsOwner()``
+condition), it does not wrap it.
+"""
+
+from .sql import SqlFence
+
+__all__ = ["SqlFence"]

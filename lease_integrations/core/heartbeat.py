@@ -1,0 +1,213 @@
+"""One heartbeat per process renews every lease the process holds.
+
+A single scheduler thread keeps a heap of due times and trust deadlines; the
+renewals themselves run on a small worker pool, so a renewal stuck in a slow
+network call never delays another lease's renewal nor the moment a lease is
+declared lost (its trust deadline is watched by the scheduler, not by the call).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from .lease import Lease
+from .store import LeaseStore
+
+log = logging.getLogger("lease_integrations")
+
+#: Renewal workers shared by every lease; bounded so 1,000 leases do not mean
+#: 1,000 threads, and more than one so one hung call does not stall the rest.
+RENEW_WORKERS = 4
+
+
+@dataclass(eq=False)
+class _Entry:
+    lease: Lease
+    store: LeaseStore
+    interval: float
+    retry_delay: float
+    in_flight: bool = False
+    active: bool = True
+    failures: int = 0
+    last_error: str = ""
+    stopped: threading.Event = field(default_factory=threading.Event)
+
+
+class Heartbeat:
+    """Renews registered leases every ``interval`` and retries failures until
+    their trust window closes; reports refused renewals and closed windows as
+    losses on the lease."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, str, _Entry]] = []
+        self._seq = itertools.count()
+        self._entries: dict[int, _Entry] = {}
+        self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self.renewals = 0  # counters for benchmarks and the CLI
+        self.renew_failures = 0
+
+    # -- registration -------------------------------------------------------
+    def add(self, lease: Lease, store: LeaseStore, interval: float) -> None:
+        entry = _Entry(lease, store, interval, retry_delay=max(0.02, min(interval / 4, 1.0)))
+        with self._cond:
+            self._entries[id(lease)] = entry
+            now = time.monotonic()
+            self._push(now + interval, "renew", entry)
+            self._push(lease.trusted_until, "deadline", entry)
+            self._ensure_started()
+            self._cond.notify()
+
+    def remove(self, lease: Lease) -> None:
+        """Stop renewing ``lease``. Waits for a renewal in flight so that the
+        caller's release cannot race with a renewal of the same token."""
+        with self._cond:
+            entry = self._entries.pop(id(lease), None)
+            if entry is None:
+                return
+            entry.active = False
+            in_flight = entry.in_flight
+        if in_flight:
+            entry.stopped.wait(timeout=lease.ttl)
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._entries)
+
+    # -- scheduler ------------------------------------------------------------
+    def _push(self, when: float, kind: str, entry: _Entry) -> None:
+        heapq.heappush(self._heap, (when, next(self._seq), kind, entry))
+
+    def _ensure_started(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._pool = ThreadPoolExecutor(RENEW_WORKERS, thread_name_prefix="lease-renew")
+            self._thread = threading.Thread(target=self._run, name="lease-heartbeat", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    when, _, kind, entry = self._heap[0]
+                    delay = when - time.monotonic()
+                    if delay > 0:
+                        self._cond.wait(delay)
+                        continue
+                    heapq.heappop(self._heap)
+                    if entry.active:
+                        break
+            if kind == "deadline":
+                self._check_deadline(entry)
+            else:
+                self._start_renewal(entry)
+
+    def _check_deadline(self, entry: _Entry) -> None:
+        lease = entry.lease
+        if time.monotonic() < lease.trusted_until:
+            with self._cond:  # renewed since this deadline was queued
+                self._push(lease.trusted_until, "deadline", entry)
+            return
+        with self._cond:
+            entry.active = False
+            self._entries.pop(id(lease), None)
+        why = entry.last_error or "renewals did not finish in time"
+        self._report_lost(entry, f"no successful renewal within the trust window ({why})")
+
+    def _start_renewal(self, entry: _Entry) -> None:
+        with self._cond:
+            if entry.in_flight or not entry.active:
+                return
+            entry.in_flight = True
+            entry.stopped.clear()
+        assert self._pool is not None
+        self._pool.submit(self._renew, entry)
+
+    def _renew(self, entry: _Entry) -> None:
+        lease = entry.lease
+        started = time.monotonic()
+        outcome: bool | None
+        try:
+            outcome = entry.store.renew(lease.key, lease.holder, lease.token, lease.ttl)
+        except Exception as exc:  # transient: retry until the trust window closes
+            outcome = None
+            entry.last_error = f"{type(exc).__name__}: {exc}"
+            self.renew_failures += 1
+            log.warning(
+                "renewal of lease %s (token %s) failed, will retry: %s",
+                lease.key, lease.token, entry.last_error,
+                extra={"lease_event": "renew_failed", "lease_key": lease.key,
+                       "lease_token": lease.token, "lease_holder": lease.holder},
+            )
+        with self._cond:
+            entry.in_flight = False
+            entry.stopped.set()
+            if not entry.active:
+                return
+            if outcome is True:
+                self.renewals += 1
+                entry.failures = 0
+                entry.last_error = ""
+                lease.renewed(started)
+                self._push(started + entry.interval, "renew", entry)
+            elif outcome is None:
+                entry.failures += 1
+                jitter = random.uniform(0.5, 1.0)
+                self._push(time.monotonic() + entry.retry_delay * jitter, "renew", entry)
+            else:
+                entry.active = False
+                self._entries.pop(id(lease), None)
+            self._cond.notify()
+        if outcome is False:
+            self._report_lost(entry, "the store refused the renewal: the lease expired or was "
+                                     "taken over or broken")
+
+    def _report_lost(self, entry: _Entry, reason: str) -> None:
+        lease = entry.lease
+        if lease.mark_lost(reason) and self._pool is not None:
+            # Off the scheduler thread: the store may be the reason we lost it.
+            self._pool.submit(_record_loss, entry.store, lease, reason)
+
+
+def _record_loss(store: LeaseStore, lease: Lease, reason: str) -> None:
+    """Best effort: let the key's history show that the holder noticed."""
+    try:
+        store.record_event(lease.key, "lost", lease.holder, lease.token, {"reason": reason})
+    except Exception:
+        log.debug("could not record the loss of %s", lease.key, exc_info=True)
+
+
+_lock = threading.Lock()
+_instance: Heartbeat | None = None
+
+
+def get_heartbeat() -> Heartbeat:
+    """The process's heartbeat, started on first use."""
+    global _instance
+    with _lock:
+        if _instance is None:
+            _instance = Heartbeat()
+        return _instance
+
+
+def _forget_after_fork() -> None:
+    # A forked child has none of the parent's threads: give it a fresh heartbeat
+    # rather than one whose scheduler thread does not exist.
+    global _instance, _lock
+    _instance = None
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)

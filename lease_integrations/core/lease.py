@@ -1,0 +1,142 @@
+"""The holder's side of a granted lease: its token, its trust window and the
+loss flag that every policy (interrupt, check, callbacks) reads."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from .errors import LeaseLost
+from .record import LeaseRecord
+
+log = logging.getLogger("lease_integrations")
+
+LostCallback = Callable[["Lease"], None]
+
+
+class LostFlag(threading.Event):
+    """A ``threading.Event`` that is also falsy until set, so both
+    ``lease.lost.is_set()`` and ``if lease.lost:`` read naturally (a plain
+    Event is always truthy, which would make ``if lease.lost`` a silent bug)."""
+
+    def __bool__(self) -> bool:
+        return self.is_set()
+
+
+class Lease:
+    """A lease this process holds (or held).
+
+    The holder trusts the lease only until *start of its last successful
+    renewal attempt + ttl - margin*, measured on ``time.monotonic()``: the
+    store cannot have expired it before then, whatever either wall clock says.
+    Past that instant without a renewal the lease is lost *locally*, before the
+    store can give it to anyone else.
+    """
+
+    def __init__(
+        self,
+        record: LeaseRecord,
+        *,
+        ttl: float,
+        margin: float,
+        attempt_started: float,
+    ) -> None:
+        if record.holder is None:
+            raise ValueError("a granted lease must have a holder")
+        self.record = record
+        self.key: str = record.key
+        self.holder: str = record.holder
+        self.token: int = record.token
+        self.ttl = ttl
+        self.margin = margin
+        self.meta: dict[str, Any] = dict(record.meta)
+        self.lost = LostFlag()
+        self.lost_reason: str | None = None
+        self.released = False
+        self._trusted_until = attempt_started + ttl - margin
+        self._callbacks: list[LostCallback] = []
+        self._mutex = threading.Lock()
+
+    # -- what users read --------------------------------------------------
+    @property
+    def acquired_at(self) -> datetime | None:
+        return self.record.acquired_at
+
+    @property
+    def expires_at(self) -> datetime | None:
+        return self.record.expires_at
+
+    def trusted_for(self) -> float:
+        """Seconds the holder may still count on the lease (0 once lost)."""
+        if self.lost.is_set() or self.released:
+            return 0.0
+        return max(0.0, self._trusted_until - time.monotonic())
+
+    def check(self) -> None:
+        """Raise ``LeaseLost`` if the lease is lost, or if its trust window has
+        closed even though the heartbeat has not noticed yet (a paused process
+        wakes up here, not inside its next write)."""
+        if not self.lost.is_set() and not self.released and time.monotonic() >= self._trusted_until:
+            self.mark_lost("trust window closed without a successful renewal")
+        if self.lost.is_set():
+            raise LeaseLost(self.key, self.token, self.lost_reason or "")
+
+    def on_lost(self, callback: LostCallback) -> None:
+        """Run ``callback(lease)`` once when the lease is lost (at once if it
+        already is). Callbacks run on a heartbeat worker thread: keep them short."""
+        with self._mutex:
+            if not self.lost.is_set():
+                self._callbacks.append(callback)
+                return
+        _run_callback(callback, self)
+
+    # -- what the heartbeat and the lock call -------------------------------
+    def renewed(self, attempt_started: float) -> None:
+        """A renewal that started at ``attempt_started`` succeeded."""
+        with self._mutex:
+            if not self.lost.is_set():
+                self._trusted_until = max(
+                    self._trusted_until, attempt_started + self.ttl - self.margin
+                )
+
+    @property
+    def trusted_until(self) -> float:
+        return self._trusted_until
+
+    def mark_lost(self, reason: str) -> bool:
+        """Set the loss flag and run the callbacks. Returns False if the lease
+        was already lost or released (loss is reported once)."""
+        with self._mutex:
+            if self.lost.is_set() or self.released:
+                return False
+            self.lost_reason = reason
+            self.lost.set()
+            callbacks, self._callbacks = self._callbacks, []
+        log.warning(
+            "lease %s lost (token %s, holder %s): %s", self.key, self.token, self.holder, reason,
+            extra={"lease_event": "lost", "lease_key": self.key, "lease_token": self.token,
+                   "lease_holder": self.holder},
+        )
+        for callback in callbacks:
+            _run_callback(callback, self)
+        return True
+
+    def mark_released(self) -> None:
+        with self._mutex:
+            self.released = True
+            self._callbacks = []
+
+    def __repr__(self) -> str:
+        state = "lost" if self.lost.is_set() else "released" if self.released else "held"
+        return f"<Lease key={self.key!r} token={self.token} holder={self.holder!r} {state}>"
+
+
+def _run_callback(callback: LostCallback, lease: Lease) -> None:
+    try:
+        callback(lease)
+    except Exception:  # a user's callback must not kill the heartbeat
+        log.exception("on_lost callback %r for lease %s raised", callback, lease.key)

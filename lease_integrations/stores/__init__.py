@@ -1,0 +1,65 @@
+"""Store registry: a URL scheme names the store class that serves it.
+
+Store modules are imported only when their scheme is used, so the core and
+the embedded store need no third-party package.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ..core.config import mask_url, parse_url, resolve_url
+from ..core.errors import ConfigurationError
+from ..core.store import LeaseStore
+
+#: scheme -> "module:Class"
+STORES: dict[str, str] = {
+    "memory": "lease_integrations.stores.memory:MemoryStore",
+    "sqlite": "lease_integrations.stores.sqlite:SqliteStore",
+    "redis": "lease_integrations.stores.redis:RedisStore",
+    "rediss": "lease_integrations.stores.redis:RedisStore",
+    "postgresql": "lease_integrations.stores.postgres:PostgresStore",
+    "postgres": "lease_integrations.stores.postgres:PostgresStore",
+    "mongodb": "lease_integrations.stores.mongo:MongoStore",
+    "mongodb+srv": "lease_integrations.stores.mongo:MongoStore",
+}
+
+#: extra that installs a store's client library, for the error message
+EXTRAS = {"redis": "redis", "rediss": "redis", "postgresql": "postgres",
+          "postgres": "postgres", "mongodb": "mongo", "mongodb+srv": "mongo"}
+
+
+def connect(url: str | None = None, **options: Any) -> LeaseStore:
+    """Open the store a URL names.
+
+    With no URL, reads ``$LEASE_STORE_URL``, else uses the embedded SQLite
+    file in the user's state directory (under ``$AIRFLOW_HOME`` when set).
+    Bad URLs and unknown options raise ``ConfigurationError`` here, before any
+    job starts.
+    """
+    if isinstance(url, LeaseStore):
+        return url
+    resolved = resolve_url(url)
+    scheme = parse_url(resolved).scheme.lower()
+    target = STORES.get(scheme)
+    if target is None:
+        known = ", ".join(f"{s}://" for s in STORES)
+        raise ConfigurationError(
+            f"unknown store scheme {scheme!r} in URL {mask_url(resolved)!r}; known: {known}"
+        )
+    module_name, class_name = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        extra = EXTRAS.get(scheme, scheme)
+        raise ConfigurationError(
+            f"the {scheme}:// store needs an extra package: pip install "
+            f"'lease_integrations[{extra}]' ({exc})"
+        ) from None
+    store_class = getattr(module, class_name)
+    store: LeaseStore = store_class.from_url(resolved, **options)
+    return store
+
+
+__all__ = ["STORES", "connect"]

@@ -1,0 +1,146 @@
+"""In-process store for tests and demos: leases shared by every ``connect``
+of the same ``memory://name`` in one process, nothing across processes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, ClassVar
+
+from ..core.config import parse_url, query_options
+from ..core.errors import ConfigurationError
+from ..core.record import AcquireResult, LeaseRecord
+from ..core.store import HISTORY_LIMIT, EventKind, LeaseEvent, LeaseStore
+
+
+@dataclass
+class _Row:
+    holder: str | None
+    token: int
+    acquired_at: datetime
+    renewed_at: datetime
+    expires_mono: float  # expiry on the monotonic clock: immune to wall-clock jumps
+    meta: dict[str, Any]
+    events: deque[LeaseEvent] = field(default_factory=lambda: deque(maxlen=HISTORY_LIMIT))
+
+
+class MemoryStore(LeaseStore):
+    notifies = True
+    _named: ClassVar[dict[str, MemoryStore]] = {}
+    _named_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, name: str = "default") -> None:
+        self.name = name
+        self.url = f"memory://{name}"
+        self._rows: dict[str, _Row] = {}
+        self._cond = threading.Condition()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> MemoryStore:
+        if options:
+            raise ConfigurationError(f"memory:// takes no options, got {sorted(options)}")
+        parts = parse_url(url)
+        query_options(parts, {}, url)
+        name = (parts.netloc + parts.path).strip("/") or "default"
+        with cls._named_lock:
+            store = cls._named.get(name)
+            if store is None:
+                store = cls._named[name] = cls(name)
+            return store
+
+    # -- clock ------------------------------------------------------------------
+    @staticmethod
+    def _now() -> tuple[datetime, float]:
+        return datetime.now(timezone.utc), time.monotonic()
+
+    def _record(self, key: str, row: _Row, now: datetime, mono: float) -> LeaseRecord:
+        expires_at = now + timedelta(seconds=row.expires_mono - mono)
+        return LeaseRecord(key, row.holder, row.token, row.acquired_at, row.renewed_at,
+                           expires_at, now, dict(row.meta))
+
+    @staticmethod
+    def _event(row: _Row, key: str, kind: EventKind, holder: str | None, at: datetime,
+               detail: Mapping[str, Any] | None = None) -> None:
+        row.events.append(LeaseEvent(key, kind, row.token, holder, at, dict(detail or {})))
+
+    # -- protocol ---------------------------------------------------------------
+    def acquire(self, key: str, holder: str, ttl: float, meta: Mapping[str, Any]) -> AcquireResult:
+        now, mono = self._now()
+        with self._cond:
+            row = self._rows.get(key)
+            if row is not None and row.holder is not None and row.expires_mono > mono:
+                return AcquireResult(False, self._record(key, row, now, mono))
+            if row is None:
+                row = self._rows[key] = _Row(None, 0, now, now, mono, {})
+            row.holder, row.token = holder, row.token + 1
+            row.acquired_at = row.renewed_at = now
+            row.expires_mono = mono + ttl
+            row.meta = dict(meta)
+            self._event(row, key, "acquired", holder, now, {"meta": row.meta})
+            return AcquireResult(True, self._record(key, row, now, mono))
+
+    def renew(self, key: str, holder: str, token: int, ttl: float) -> bool:
+        now, mono = self._now()
+        with self._cond:
+            row = self._rows.get(key)
+            if row is None or row.holder != holder or row.token != token or row.expires_mono <= mono:
+                return False
+            row.renewed_at = now
+            row.expires_mono = mono + ttl
+            return True
+
+    def release(self, key: str, holder: str, token: int) -> bool:
+        now, _ = self._now()
+        with self._cond:
+            row = self._rows.get(key)
+            if row is None or row.holder != holder or row.token != token:
+                return False
+            row.holder = None
+            self._event(row, key, "released", holder, now)
+            self._cond.notify_all()
+            return True
+
+    def get(self, key: str) -> LeaseRecord | None:
+        now, mono = self._now()
+        with self._cond:
+            row = self._rows.get(key)
+            return None if row is None else self._record(key, row, now, mono)
+
+    def list(self, prefix: str = "") -> list[LeaseRecord]:
+        now, mono = self._now()
+        with self._cond:
+            return [self._record(k, r, now, mono) for k, r in sorted(self._rows.items())
+                    if k.startswith(prefix)]
+
+    def force_release(self, key: str, by: str) -> LeaseRecord | None:
+        now, mono = self._now()
+        with self._cond:
+            row = self._rows.get(key)
+            if row is None:
+                return None
+            before = self._record(key, row, now, mono)
+            row.holder = None
+            self._event(row, key, "broken", before.holder, now, {"by": by})
+            self._cond.notify_all()
+            return before
+
+    def history(self, key: str, limit: int = 50) -> list[LeaseEvent]:
+        with self._cond:
+            row = self._rows.get(key)
+            return [] if row is None else list(row.events)[-limit:]
+
+    def record_event(self, key: str, kind: EventKind, holder: str | None, token: int,
+                     detail: Mapping[str, Any] | None = None) -> None:
+        now, _ = self._now()
+        with self._cond:
+            row = self._rows.get(key)
+            if row is not None:
+                row.events.append(LeaseEvent(key, kind, token, holder, now, dict(detail or {})))
+
+    def wait_for_release(self, key: str, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait(timeout) if timeout > 0 else False

@@ -1,0 +1,239 @@
+"""The embedded default: one SQLite file shared by every process on a host.
+
+WAL lets readers run beside the writer; every write is one ``BEGIN
+IMMEDIATE`` transaction (the write lock is taken up front, so two processes
+never both read "free" and both write); ``busy_timeout`` makes contention a
+short wait rather than an error; ``synchronous=FULL`` because a token counter
+that went backwards after a power cut would issue a token twice. Time is
+SQLite's own clock (``julianday('now')``), the one host clock every process
+on the host shares.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..core.config import default_state_dir, parse_url, query_options
+from ..core.errors import ConfigurationError, StoreUnavailable
+from ..core.record import AcquireResult, LeaseRecord
+from ..core.store import HISTORY_LIMIT, EventKind, LeaseEvent, LeaseStore
+
+NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS leases (
+    key         TEXT PRIMARY KEY,
+    holder      TEXT,
+    token       INTEGER NOT NULL,
+    acquired_at REAL NOT NULL,
+    renewed_at  REAL NOT NULL,
+    expires_at  REAL NOT NULL,
+    meta        TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS lease_events (
+    id     INTEGER PRIMARY KEY AUTOINCREMENT,
+    key    TEXT NOT NULL,
+    kind   TEXT NOT NULL,
+    token  INTEGER NOT NULL,
+    holder TEXT,
+    at     REAL NOT NULL,
+    detail TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS lease_events_by_key ON lease_events (key, id);
+"""
+
+ACQUIRE = f"""
+INSERT INTO leases (key, holder, token, acquired_at, renewed_at, expires_at, meta)
+VALUES (:key, :holder, 1, {NOW}, {NOW}, {NOW} + :ttl, :meta)
+ON CONFLICT (key) DO UPDATE SET
+    holder = excluded.holder, token = leases.token + 1,
+    acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at,
+    expires_at = excluded.expires_at, meta = excluded.meta
+WHERE leases.holder IS NULL OR leases.expires_at <= excluded.acquired_at
+RETURNING key, holder, token, acquired_at, renewed_at, expires_at, meta, {NOW}
+"""
+RENEW = f"""
+UPDATE leases SET renewed_at = {NOW}, expires_at = {NOW} + :ttl
+WHERE key = :key AND holder = :holder AND token = :token AND expires_at > {NOW}
+"""
+RELEASE = "UPDATE leases SET holder = NULL WHERE key = :key AND holder = :holder AND token = :token"
+BREAK = "UPDATE leases SET holder = NULL WHERE key = :key"
+SELECT = f"SELECT key, holder, token, acquired_at, renewed_at, expires_at, meta, {NOW} FROM leases"
+ADD_EVENT = f"""
+INSERT INTO lease_events (key, kind, token, holder, at, detail)
+VALUES (:key, :kind, :token, :holder, {NOW}, :detail)
+"""
+TRIM_EVENTS = """
+DELETE FROM lease_events WHERE key = :key AND id <= (
+    SELECT id FROM lease_events WHERE key = :key ORDER BY id DESC LIMIT 1 OFFSET :keep)
+"""
+HISTORY = """
+SELECT key, kind, token, holder, at, detail FROM (
+    SELECT * FROM lease_events WHERE key = :key ORDER BY id DESC LIMIT :limit
+) ORDER BY id
+"""
+
+
+def _dt(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, timezone.utc)
+
+
+def _record(row: tuple[Any, ...]) -> LeaseRecord:
+    key, holder, token, acquired, renewed, expires, meta, now = row
+    return LeaseRecord(key, holder, int(token), _dt(acquired), _dt(renewed), _dt(expires),
+                       _dt(now), json.loads(meta))
+
+
+class SqliteStore(LeaseStore):
+    """Leases in one SQLite file; safe across processes on one host (not
+    across hosts: SQLite's locking does not work over network filesystems)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 10.0,
+                 create_parent: bool = False) -> None:
+        self.path = Path(path)
+        self.url = f"sqlite://{self.path}"
+        self.busy_timeout = busy_timeout
+        if create_parent:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        elif not self.path.parent.is_dir():
+            raise ConfigurationError(
+                f"directory {str(self.path.parent)!r} for the SQLite store {self.url!r} does not "
+                "exist; create it first (a typo here would silently split your leases in two)"
+            )
+        self._mutex = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = 0
+        with self._transaction(immediate=False) as conn:
+            conn.executescript(SCHEMA)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> SqliteStore:
+        parts = parse_url(url)
+        opts = query_options(parts, {"timeout": float}, url)
+        raw = (parts.netloc + parts.path) if parts.netloc not in ("", "localhost") else parts.path
+        if not raw:
+            raise ConfigurationError(
+                f"SQLite URL {url!r} names no file; use sqlite:///absolute/path.db "
+                "or sqlite:relative/path.db"
+            )
+        if raw.startswith("//"):
+            raw = "/" + raw.lstrip("/")  # sqlite:////abs/path, as SQLAlchemy writes it
+        path = Path(raw)
+        default = path.parent == default_state_dir()
+        busy = float(options.pop("busy_timeout", opts.get("timeout", 10.0)))  # type: ignore[arg-type]
+        if options:
+            raise ConfigurationError(f"unknown SQLite store options {sorted(options)}")
+        return cls(path, busy_timeout=busy, create_parent=default)
+
+    # -- connection -------------------------------------------------------------
+    def _connection(self) -> sqlite3.Connection:
+        # A connection must not cross a fork (Airflow and Prefect workers fork).
+        if self._conn is None or self._pid != os.getpid():
+            try:
+                conn = sqlite3.connect(self.path, timeout=self.busy_timeout,
+                                       isolation_level=None, check_same_thread=False)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=FULL")
+                conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"cannot open SQLite database: {exc}", url=self.url) from exc
+            self._conn, self._pid = conn, os.getpid()
+        return self._conn
+
+    @contextmanager
+    def _transaction(self, immediate: bool = True) -> Iterator[sqlite3.Connection]:
+        with self._mutex:
+            conn = self._connection()
+            try:
+                if immediate:
+                    conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"SQLite error: {exc}", url=self.url) from exc
+
+    def _add_event(self, conn: sqlite3.Connection, key: str, kind: EventKind, token: int,
+                   holder: str | None, detail: Mapping[str, Any] | None = None) -> None:
+        conn.execute(ADD_EVENT, {"key": key, "kind": kind, "token": token, "holder": holder,
+                                 "detail": json.dumps(dict(detail or {}), default=str)})
+        conn.execute(TRIM_EVENTS, {"key": key, "keep": HISTORY_LIMIT - 1})
+
+    # -- protocol ---------------------------------------------------------------
+    def acquire(self, key: str, holder: str, ttl: float, meta: Mapping[str, Any]) -> AcquireResult:
+        meta_json = json.dumps(dict(meta), default=str)
+        with self._transaction() as conn:
+            row = conn.execute(ACQUIRE, {"key": key, "holder": holder, "ttl": ttl,
+                                         "meta": meta_json}).fetchone()
+            if row is not None:
+                record = _record(row)
+                self._add_event(conn, key, "acquired", record.token, holder, {"meta": record.meta})
+                return AcquireResult(True, record)
+            current = conn.execute(SELECT + " WHERE key = ?", (key,)).fetchone()
+            return AcquireResult(False, _record(current) if current else None)
+
+    def renew(self, key: str, holder: str, token: int, ttl: float) -> bool:
+        with self._transaction() as conn:
+            cur = conn.execute(RENEW, {"key": key, "holder": holder, "token": token, "ttl": ttl})
+            return cur.rowcount == 1
+
+    def release(self, key: str, holder: str, token: int) -> bool:
+        with self._transaction() as conn:
+            cur = conn.execute(RELEASE, {"key": key, "holder": holder, "token": token})
+            if cur.rowcount != 1:
+                return False
+            self._add_event(conn, key, "released", token, holder)
+            return True
+
+    def get(self, key: str) -> LeaseRecord | None:
+        with self._transaction(immediate=False) as conn:
+            row = conn.execute(SELECT + " WHERE key = ?", (key,)).fetchone()
+        return _record(row) if row else None
+
+    def list(self, prefix: str = "") -> list[LeaseRecord]:
+        pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        with self._transaction(immediate=False) as conn:
+            rows = conn.execute(SELECT + " WHERE key LIKE ? ESCAPE '\\' ORDER BY key",
+                                (pattern,)).fetchall()
+        # LIKE is case-insensitive for ASCII in SQLite: filter exactly here.
+        return [_record(r) for r in rows if r[0].startswith(prefix)]
+
+    def force_release(self, key: str, by: str) -> LeaseRecord | None:
+        with self._transaction() as conn:
+            row = conn.execute(SELECT + " WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                return None
+            before = _record(row)
+            conn.execute(BREAK, {"key": key})
+            self._add_event(conn, key, "broken", before.token, before.holder, {"by": by})
+            return before
+
+    def history(self, key: str, limit: int = 50) -> list[LeaseEvent]:
+        with self._transaction(immediate=False) as conn:
+            rows = conn.execute(HISTORY, {"key": key, "limit": limit}).fetchall()
+        return [LeaseEvent(k, kind, int(tok), holder, _dt(at), json.loads(detail))
+                for k, kind, tok, holder, at, detail in rows]
+
+    def record_event(self, key: str, kind: EventKind, holder: str | None, token: int,
+                     detail: Mapping[str, Any] | None = None) -> None:
+        with self._transaction() as conn:
+            self._add_event(conn, key, kind, token, holder, detail)
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None

@@ -1,0 +1,73 @@
+# Sourced by the run scripts: builds each virtualenv once, then reuses it.
+# A stamp file holds the hash of pyproject.toml so an edited dependency list
+# rebuilds the environment instead of testing against a stale one.
+
+export UV_PYTHON_DOWNLOADS=never
+PY311="$(ls -d "$HOME"/.pyenv/versions/3.11.*/bin/python 2>/dev/null | tail -n1 || true)"
+PY313="$(ls -d "$HOME"/.pyenv/versions/3.13.*/bin/python 2>/dev/null | tail -n1 || true)"
+[ -n "$PY311" ] || PY311="$(command -v python3.11 || command -v python3)"
+
+_stamp() { sha1sum pyproject.toml scripts/envs.sh | sha1sum | cut -c1-16; }
+
+_uv() {
+  # uv lives in the core env; it resolves Airflow in seconds where pip takes minutes.
+  .venv/bin/uv "$@"
+}
+
+ensure_core_env() {
+  local want; want="core-$(_stamp)"
+  if [ -f .venv/.stamp ] && [ "$(cat .venv/.stamp)" = "$want" ]; then return; fi
+  echo "==> building .venv (core, stores, test and lint tools)" >&2
+  [ -x .venv/bin/python ] || "$PY311" -m venv .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check uv
+  _uv pip install -q --python .venv/bin/python -e ".[dev,otel]"
+  echo "$want" > .venv/.stamp
+}
+
+_ensure_extra_env() {  # name python extras
+  local dir="$1" py="$2" extras="$3" want
+  want="$dir-$(_stamp)"
+  if [ -f "$dir/.stamp" ] && [ "$(cat "$dir/.stamp")" = "$want" ]; then return; fi
+  echo "==> building $dir ($extras)" >&2
+  [ -x "$dir/bin/python" ] || _uv venv -q --python "$py" "$dir"
+  _uv pip install -q --python "$dir/bin/python" -e ".[$extras]"
+  echo "$want" > "$dir/.stamp"
+}
+
+ensure_airflow_env() { ensure_core_env; _ensure_extra_env .venv-airflow "$PY311" "airflow,test"; }
+ensure_prefect_env() { ensure_core_env; _ensure_extra_env .venv-prefect "$PY311" "prefect,test"; }
+
+ensure_mongo_env() {
+  # The MongoDB-wire test server (mongoeco) needs Python >= 3.13; pymongo must sit
+  # beside it or the server closes every connection at once (NOTES.md).
+  ensure_core_env
+  local want; want="mongo-$(_stamp)"
+  if [ -f .venv-mongo/.stamp ] && [ "$(cat .venv-mongo/.stamp)" = "$want" ]; then return; fi
+  [ -n "$PY313" ] || { echo "Python 3.13 not found under ~/.pyenv (needed for the MongoDB-wire server)" >&2; return 1; }
+  echo "==> building .venv-mongo (MongoDB-wire server)" >&2
+  [ -x .venv-mongo/bin/python ] || _uv venv -q --python "$PY313" .venv-mongo
+  _uv pip install -q --python .venv-mongo/bin/python "mongoeco>=4.11" "pymongo>=4.6"
+  echo "$want" > .venv-mongo/.stamp
+}
+
+ensure_servers() {
+  # redis-server from Debian; PostgreSQL binaries are already on this machine kind.
+  if ! command -v redis-server >/dev/null 2>&1; then
+    echo "==> installing redis-server (Debian package)" >&2
+    if [ "$(id -u)" = 0 ]; then
+      apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    else
+      sudo apt-get update -qq >/dev/null && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    fi
+  fi
+  export LEASE_TEST_REDIS_SERVER="$(command -v redis-server)"
+  local pgbin
+  pgbin="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1 || true)"
+  if [ -z "$pgbin" ]; then
+    echo "==> installing PostgreSQL (Debian package)" >&2
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    pgbin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n1)"
+  fi
+  export LEASE_TEST_PG_BIN="$pgbin"
+  export LEASE_TEST_MONGO_PYTHON="$ROOT/.venv-mongo/bin/python"
+}

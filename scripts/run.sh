@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Implementation of ./run (kept here so ./run stays readable).
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+source scripts/envs.sh
+
+cmd="${1:-help}"
+shift || true
+case "$cmd" in
+  demo)
+    ensure_core_env
+    exec .venv/bin/python -m lease_integrations.demo "$@"
+    ;;
+  test)
+    exec bash scripts/test.sh "$@"
+    ;;
+  bench)
+    exec bash scripts/bench.sh "$@"
+    ;;
+  setup)
+    ensure_core_env; ensure_servers; ensure_mongo_env; ensure_airflow_env; ensure_prefect_env
+    ;;
+  *)
+    echo "usage: ./run demo | test | bench | setup" >&2
+    exit 2
+    ;;
+esac
