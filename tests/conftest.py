@@ -11,7 +11,7 @@ import pytest
 
 from lease_integrations import LeaseStore, connect
 
-pytest_plugins = ["servers.fixtures"]
+pytest_plugins = ["servers.redis_server", "servers.postgres_server", "servers.mongo_server"]
 
 ALL_STORES = ("memory", "sqlite", "redis", "postgres", "mongo")
 #: Stores that more than one process can share (the memory store cannot).
