@@ -1,0 +1,360 @@
+"""The store-conformance suite: the executable spec of the store protocol.
+
+Every store runs it unchanged (memory, SQLite, Redis, PostgreSQL, MongoDB-wire),
+through the `store` fixture. Each rule of DESIGN.md's "Semantics" is a test
+here; a new store is done when this file passes for it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+import pytest
+
+from lease_integrations import LeaseRecord, LeaseStore
+from lease_integrations.core.store import HISTORY_LIMIT
+
+TTL = 30.0  # long enough that nothing expires by accident under load
+SHORT_TTL = 0.6  # for the expiry rules: bounded polls wait it out
+
+
+def until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    """Bounded poll: the store's clock decides expiry, so we ask the store."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def grant(store: LeaseStore, key: str, holder: str, ttl: float = TTL,
+          meta: dict[str, object] | None = None) -> LeaseRecord:
+    result = store.acquire(key, holder, ttl, meta or {})
+    assert result.granted, f"expected {holder} to be granted {key}, store said {result.record}"
+    assert result.record is not None
+    return result.record
+
+
+def expired(store: LeaseStore, key: str) -> bool:
+    record = store.get(key)
+    return record is not None and record.state == "expired"
+
+
+# -- acquire --------------------------------------------------------------------
+
+def test_first_acquire_grants_token_one_with_store_times(store: LeaseStore, key: str) -> None:
+    record = grant(store, key, "alice")
+    assert record.key == key
+    assert record.holder == "alice"
+    assert record.token == 1
+    assert record.state == "held"
+    for stamp in (record.acquired_at, record.renewed_at, record.expires_at, record.observed_at):
+        assert isinstance(stamp, datetime) and stamp.tzinfo is not None
+    assert record.acquired_at is not None and record.expires_at is not None
+    assert 25 < (record.expires_at - record.acquired_at).total_seconds() <= 30.5
+
+
+def test_acquire_of_a_held_lease_is_busy_and_names_the_holder(store: LeaseStore, key: str) -> None:
+    held = grant(store, key, "alice", meta={"dag_id": "billing"})
+    result = store.acquire(key, "bob", TTL, {})
+    assert not result.granted
+    assert result.record is not None
+    assert result.record.holder == "alice"
+    assert result.record.token == held.token
+    assert result.record.meta.get("dag_id") == "billing"
+    expires_in = result.record.expires_in
+    assert expires_in is not None and 0 < expires_in <= TTL
+    current = store.get(key)
+    assert current is not None and current.holder == "alice" and current.token == held.token
+
+
+def test_same_holder_cannot_take_a_held_lease_twice(store: LeaseStore, key: str) -> None:
+    grant(store, key, "alice")
+    assert not store.acquire(key, "alice", TTL, {}).granted
+
+
+def test_only_one_of_many_concurrent_acquires_wins(store: LeaseStore, key: str) -> None:
+    start = threading.Barrier(12)
+    winners: list[str] = []
+    errors: list[BaseException] = []
+
+    def contend(name: str) -> None:
+        try:
+            start.wait(timeout=10)
+            if store.acquire(key, name, TTL, {}).granted:
+                winners.append(name)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=contend, args=(f"w{i}",)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors, errors
+    assert len(winners) == 1, winners
+    record = store.get(key)
+    assert record is not None and record.holder == winners[0] and record.token == 1
+
+
+# -- tokens -----------------------------------------------------------------------
+
+def test_token_increments_after_release(store: LeaseStore, key: str) -> None:
+    first = grant(store, key, "alice")
+    assert store.release(key, "alice", first.token)
+    second = grant(store, key, "bob")
+    assert second.token == first.token + 1
+
+
+def test_token_increments_after_expiry_takeover(store: LeaseStore, key: str) -> None:
+    first = grant(store, key, "alice", ttl=SHORT_TTL)
+    assert not store.acquire(key, "bob", TTL, {}).granted
+    until(lambda: store.acquire(key, "bob", TTL, {}).granted, what="expiry by the store's clock")
+    record = store.get(key)
+    assert record is not None and record.holder == "bob" and record.token == first.token + 1
+
+
+def test_token_increments_after_force_release(store: LeaseStore, key: str) -> None:
+    first = grant(store, key, "alice")
+    store.force_release(key, by="operator")
+    assert grant(store, key, "bob").token == first.token + 1
+
+
+def test_tokens_never_repeat_across_release_expiry_and_break(store: LeaseStore, key: str) -> None:
+    seen: list[int] = []
+    for round_ in range(3):
+        rec = grant(store, key, f"r{round_}")
+        seen.append(rec.token)
+        assert store.release(key, f"r{round_}", rec.token)
+        rec = grant(store, key, f"b{round_}")
+        seen.append(rec.token)
+        store.force_release(key, by="test")
+    rec = grant(store, key, "short", ttl=SHORT_TTL)
+    seen.append(rec.token)
+    until(lambda: expired(store, key), what="expiry")
+    seen.append(grant(store, key, "last").token)
+    assert seen == list(range(1, len(seen) + 1))
+
+
+def test_tokens_are_per_key(store: LeaseStore, key: str) -> None:
+    a = grant(store, key + "-a", "alice")
+    grant(store, key + "-b", "bob")
+    store.release(key + "-a", "alice", a.token)
+    assert grant(store, key + "-a", "carol").token == 2
+    assert grant(store, key + "-c", "dave").token == 1
+
+
+# -- renew ------------------------------------------------------------------------
+
+def test_renew_by_the_holder_extends_the_lease(store: LeaseStore, key: str) -> None:
+    first = grant(store, key, "alice", ttl=5.0)
+    assert store.renew(key, "alice", first.token, TTL)
+    record = store.get(key)
+    assert record is not None and record.holder == "alice" and record.token == first.token
+    assert record.expires_at is not None and first.expires_at is not None
+    assert record.expires_at > first.expires_at
+    assert record.renewed_at is not None and first.renewed_at is not None
+    assert record.renewed_at >= first.renewed_at
+
+
+def test_renew_keeps_a_short_lease_alive_past_its_first_ttl(store: LeaseStore, key: str) -> None:
+    rec = grant(store, key, "alice", ttl=1.0)
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:
+        assert store.renew(key, "alice", rec.token, 1.0)
+        time.sleep(0.2)
+    assert not store.acquire(key, "bob", TTL, {}).granted
+
+
+def test_renew_with_wrong_holder_or_token_fails(store: LeaseStore, key: str) -> None:
+    rec = grant(store, key, "alice")
+    assert not store.renew(key, "mallory", rec.token, TTL)
+    assert not store.renew(key, "alice", rec.token + 1, TTL)
+    assert not store.renew(key, "alice", rec.token - 1, TTL)
+    assert not store.renew(key + "-other", "alice", rec.token, TTL)
+    assert store.get(key + "-other") is None
+
+
+def test_renew_after_expiry_fails_and_never_resurrects(store: LeaseStore, key: str) -> None:
+    rec = grant(store, key, "alice", ttl=SHORT_TTL)
+    until(lambda: expired(store, key), what="expiry")
+    assert not store.renew(key, "alice", rec.token, TTL)
+    record = store.get(key)
+    assert record is not None and record.state != "held"
+    taken = grant(store, key, "bob")
+    assert taken.token == rec.token + 1
+
+
+def test_renew_after_release_or_break_fails(store: LeaseStore, key: str) -> None:
+    rec = grant(store, key, "alice")
+    assert store.release(key, "alice", rec.token)
+    assert not store.renew(key, "alice", rec.token, TTL)
+    rec2 = grant(store, key, "bob")
+    store.force_release(key, by="operator")
+    assert not store.renew(key, "bob", rec2.token, TTL)
+    record = store.get(key)
+    assert record is not None and record.state == "released"
+
+
+# -- release ---------------------------------------------------------------------
+
+def test_release_clears_the_holder_but_keeps_the_record(store: LeaseStore, key: str) -> None:
+    rec = grant(store, key, "alice")
+    assert store.release(key, "alice", rec.token)
+    record = store.get(key)
+    assert record is not None
+    assert record.state == "released" and record.holder is None and record.token == rec.token
+    assert not store.release(key, "alice", rec.token), "a second release must report nothing done"
+
+
+def test_release_with_wrong_holder_or_token_changes_nothing(store: LeaseStore, key: str) -> None:
+    rec = grant(store, key, "alice")
+    assert not store.release(key, "mallory", rec.token)
+    assert not store.release(key, "alice", rec.token + 1)
+    record = store.get(key)
+    assert record is not None and record.holder == "alice" and record.state == "held"
+
+
+def test_release_by_a_former_holder_leaves_the_new_holder_untouched(
+    store: LeaseStore, key: str
+) -> None:
+    old = grant(store, key, "alice", ttl=SHORT_TTL)
+    until(lambda: store.acquire(key, "bob", TTL, {}).granted, what="takeover after expiry")
+    assert not store.release(key, "alice", old.token)
+    record = store.get(key)
+    assert record is not None and record.holder == "bob" and record.state == "held"
+    assert record.token == old.token + 1
+    assert not store.acquire(key, "carol", TTL, {}).granted
+
+
+def test_release_of_an_expired_untaken_lease_by_its_holder(store: LeaseStore, key: str) -> None:
+    rec = grant(store, key, "alice", ttl=SHORT_TTL)
+    until(lambda: expired(store, key), what="expiry")
+    store.release(key, "alice", rec.token)  # may report either; must not break the key
+    assert grant(store, key, "bob").token == rec.token + 1
+
+
+# -- records, get and list ---------------------------------------------------------
+
+def test_get_of_an_unknown_key_is_none(store: LeaseStore, key: str) -> None:
+    assert store.get(key) is None
+
+
+def test_meta_round_trips(store: LeaseStore, key: str) -> None:
+    meta = {"dag_id": "billing", "run_id": "manual__2026-11-29T00:00:00+00:00",
+            "try_number": 2, "map_index": -1, "host": "worker-1", "pid": 4242,
+            "flow_run_id": None, "tags": ["a", "b"], "nested": {"x": 1.5, "ok": True}}
+    grant(store, key, "alice", meta=meta)
+    record = store.get(key)
+    assert record is not None and record.meta == meta
+    busy = store.acquire(key, "bob", TTL, {})
+    assert busy.record is not None and busy.record.meta == meta
+
+
+def test_keys_with_every_safe_character_round_trip(store: LeaseStore, key: str) -> None:
+    odd = f"{key}/airflow:dag.task@v=1+x-y_z"
+    rec = grant(store, odd, "alice")
+    got = store.get(odd)
+    assert got is not None and got.key == odd and got.token == rec.token
+    assert [r.key for r in store.list(odd)] == [odd]
+
+
+def test_expired_state_is_judged_by_the_store(store: LeaseStore, key: str) -> None:
+    grant(store, key, "alice", ttl=SHORT_TTL)
+    first = store.get(key)
+    assert first is not None and first.state == "held"
+    until(lambda: expired(store, key), what="expired state")
+    record = store.get(key)
+    assert record is not None and record.holder == "alice"
+    assert record.expires_in is not None and record.expires_in <= 0
+
+
+def test_list_filters_by_prefix_and_sorts_by_key(store: LeaseStore, key: str) -> None:
+    for suffix in ("b", "a", "c"):
+        grant(store, f"{key}-{suffix}", "alice")
+    rec = grant(store, f"{key}x-other", "alice")
+    store.release(f"{key}x-other", "alice", rec.token)
+    listed = store.list(f"{key}-")
+    assert [r.key for r in listed] == [f"{key}-a", f"{key}-b", f"{key}-c"]
+    assert all(r.state == "held" for r in listed)
+    everything = {r.key: r for r in store.list(key)}
+    assert everything[f"{key}x-other"].state == "released"
+    assert store.list(f"{key}-nothing-here") == []
+
+
+# -- force release (the operator's break) ---------------------------------------------
+
+def test_force_release_breaks_any_holder_and_returns_the_record(store: LeaseStore, key: str) -> None:
+    rec = grant(store, key, "alice", meta={"host": "w1"})
+    before = store.force_release(key, by="ops@console")
+    assert before is not None and before.holder == "alice" and before.token == rec.token
+    record = store.get(key)
+    assert record is not None and record.state == "released" and record.token == rec.token
+    assert not store.release(key, "alice", rec.token)
+    assert store.force_release(key + "-never", by="ops") is None
+
+
+# -- history ---------------------------------------------------------------------------
+
+def test_history_records_grants_releases_breaks_and_losses(store: LeaseStore, key: str) -> None:
+    a = grant(store, key, "alice")
+    store.release(key, "alice", a.token)
+    b = grant(store, key, "bob")
+    store.force_release(key, by="ops@console")
+    store.record_event(key, "lost", "bob", b.token, {"reason": "renewal refused"})
+    events = store.history(key)
+    assert [(e.kind, e.token, e.holder) for e in events] == [
+        ("acquired", 1, "alice"), ("released", 1, "alice"),
+        ("acquired", 2, "bob"), ("broken", 2, "bob"), ("lost", 2, "bob"),
+    ]
+    assert events[3].detail.get("by") == "ops@console"
+    assert events[4].detail.get("reason") == "renewal refused"
+    assert all(e.key == key and e.at.tzinfo is not None for e in events)
+    assert [e.at for e in events] == sorted(e.at for e in events)
+    assert [e.kind for e in store.history(key, limit=2)] == ["broken", "lost"]
+    assert store.history(key + "-never") == []
+
+
+def test_history_is_bounded_per_key(store: LeaseStore, key: str) -> None:
+    for i in range(HISTORY_LIMIT // 2 + 5):
+        rec = grant(store, key, f"h{i}")
+        store.release(key, f"h{i}", rec.token)
+    events = store.history(key, limit=HISTORY_LIMIT * 2)
+    assert len(events) <= HISTORY_LIMIT
+    assert events[-1].kind == "released" and events[-1].token == HISTORY_LIMIT // 2 + 5
+
+
+# -- waiting -----------------------------------------------------------------------------
+
+def test_wait_for_release_returns_within_its_timeout(store: LeaseStore, key: str) -> None:
+    grant(store, key, "alice")
+    started = time.monotonic()
+    store.wait_for_release(key, 0.2)
+    assert time.monotonic() - started < 5.0  # bounded: never a hang
+
+
+def test_a_notifying_store_wakes_waiters_on_release(store: LeaseStore, key: str) -> None:
+    if not store.notifies:
+        pytest.skip(f"{store.url} has no notification channel; waiters poll")
+    woken = threading.Event()
+    stop = threading.Event()
+
+    def waiter() -> None:
+        while not stop.is_set():
+            if store.wait_for_release(key, 2.0):
+                woken.set()
+                return
+
+    thread = threading.Thread(target=waiter, daemon=True)
+    thread.start()
+    for i in range(100):  # the waiter subscribes inside wait_for_release: retry a few times
+        rec = grant(store, key, f"n{i}")
+        assert store.release(key, f"n{i}", rec.token)
+        if woken.wait(0.1):
+            break
+    stop.set()
+    thread.join(timeout=5)
+    assert woken.is_set(), "a release never woke the waiter"
