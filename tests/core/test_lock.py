@@ -1,0 +1,220 @@
+"""LeaseLock above the store cut: acquire/hold/release, waiting, heartbeat,
+the trust window and the loss policies. Runs on the memory and SQLite stores
+(the other stores are covered by the conformance suite and the race test)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from lease_integrations import Lease, LeaseBusy, LeaseLock, LeaseLost, LeaseStore, connect
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def local_store(request: pytest.FixtureRequest, tmp_path: object, key: str) -> Iterator[LeaseStore]:
+    url = f"memory://{key}" if request.param == "memory" else f"sqlite://{tmp_path}/l.db"
+    store = connect(url)
+    yield store
+    store.close()
+
+
+def wait_for(event: threading.Event, timeout: float, what: str) -> None:
+    if not event.wait(timeout):
+        pytest.fail(f"timed out after {timeout} s waiting for {what}")
+
+
+def test_hold_gives_a_lease_with_token_and_releases_it(local_store: LeaseStore, key: str) -> None:
+    lock = LeaseLock(local_store, key, ttl=5)
+    with lock.hold() as lease:
+        assert lease.key == key and lease.token == 1 and not lease.lost
+        record = local_store.get(key)
+        assert record is not None and record.holder == lease.holder and record.held
+        assert record.meta["pid"] and record.meta["host"]
+    after = local_store.get(key)
+    assert after is not None and after.state == "released"
+    assert lease.released
+
+
+def test_a_second_holder_is_told_who_holds_the_lease(local_store: LeaseStore, key: str) -> None:
+    first = LeaseLock(local_store, key, ttl=5, meta={"dag_id": "billing"})
+    with first.hold() as lease, pytest.raises(LeaseBusy) as busy:
+        LeaseLock(local_store, key, ttl=5).acquire(wait=0)
+    assert busy.value.holder == lease.holder
+    assert busy.value.token == lease.token
+    assert busy.value.expires_at is not None
+    assert lease.holder in str(busy.value) and "dag_id=billing" in str(busy.value)
+
+
+def test_wait_with_timeout_gives_up_with_lease_busy(local_store: LeaseStore, key: str) -> None:
+    lock = LeaseLock(local_store, key, ttl=5)
+    with lock.hold():
+        started = time.monotonic()
+        with pytest.raises(LeaseBusy):
+            lock.acquire(wait=0.3)
+        assert time.monotonic() - started >= 0.3
+
+
+def test_waiter_gets_the_lease_when_it_is_released(local_store: LeaseStore, key: str) -> None:
+    lock = LeaseLock(local_store, key, ttl=5)
+    holder = lock.acquire()
+    got: list[Lease] = []
+    waiting = threading.Event()
+
+    def waiter() -> None:
+        waiting.set()
+        got.append(lock.acquire(wait=None))
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    wait_for(waiting, 5, "the waiter to start")
+    lock.release(holder)
+    thread.join(timeout=10)
+    assert got and got[0].token == holder.token + 1
+    lock.release(got[0])
+
+
+def test_heartbeat_keeps_the_lease_past_its_ttl(local_store: LeaseStore, key: str) -> None:
+    lock = LeaseLock(local_store, key, ttl=1.0)
+    with lock.hold() as lease:
+        deadline = time.monotonic() + 3.0  # three ttls
+        while time.monotonic() < deadline:
+            lease.check()
+            time.sleep(0.05)
+        record = local_store.get(key)
+        assert record is not None and record.held and record.holder == lease.holder
+        with pytest.raises(LeaseBusy):
+            LeaseLock(local_store, key, ttl=1.0).acquire()
+
+
+def test_break_interrupts_the_main_thread_while_it_sleeps(local_store: LeaseStore, key: str) -> None:
+    lock = LeaseLock(local_store, key, ttl=1.5)
+    started = threading.Event()
+
+    def breaker() -> None:
+        wait_for(started, 5, "the holder to start")
+        local_store.force_release(key, by="test")
+
+    threading.Thread(target=breaker, daemon=True).start()
+    with pytest.raises(LeaseLost) as lost, lock.hold() as lease:
+        started.set()
+        time.sleep(30)  # interrupted by the loss, not finished
+        pytest.fail("the sleep was not interrupted")
+    assert lost.value.key == key and lost.value.token == lease.token
+    assert lease.lost and "refused" in (lease.lost_reason or "")
+    assert local_store.get(key) is not None
+
+
+def test_break_interrupts_a_worker_thread(local_store: LeaseStore, key: str) -> None:
+    lock = LeaseLock(local_store, key, ttl=1.5)
+    outcome: list[BaseException] = []
+    started = threading.Event()
+
+    def job() -> None:
+        try:
+            with lock.hold():
+                started.set()
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:  # busy work, in bytecode
+                    sum(range(1000))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=job)
+    thread.start()
+    wait_for(started, 5, "the job to start")
+    local_store.force_release(key, by="test")
+    thread.join(timeout=20)
+    assert not thread.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], LeaseLost)
+
+
+def test_check_policy_raises_at_the_next_check(local_store: LeaseStore, key: str) -> None:
+    lock = LeaseLock(local_store, key, ttl=1.5, on_lost="check")
+    callbacks: list[Lease] = []
+    with pytest.raises(LeaseLost), lock.hold() as lease:
+        lease.on_lost(callbacks.append)
+        local_store.force_release(key, by="test")
+        deadline = time.monotonic() + 10
+        while not lease.lost and time.monotonic() < deadline:
+            time.sleep(0.02)  # not interrupted: policy is check
+        assert lease.lost
+        lease.check()
+    assert callbacks == [lease]
+
+
+def test_a_block_that_ignores_the_loss_still_does_not_succeed(local_store: LeaseStore, key: str) -> None:
+    lock = LeaseLock(local_store, key, ttl=1.5, on_lost="check")
+    with pytest.raises(LeaseLost), lock.hold() as lease:
+        local_store.force_release(key, by="test")
+        deadline = time.monotonic() + 10
+        while not lease.lost and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # the block swallows nothing and just returns: exit must still fail it
+
+
+def test_block_errors_release_the_lease_and_propagate(local_store: LeaseStore, key: str) -> None:
+    lock = LeaseLock(local_store, key, ttl=5)
+    with pytest.raises(ZeroDivisionError), lock.hold():
+        1 / 0  # noqa: B018
+    record = local_store.get(key)
+    assert record is not None and record.state == "released"
+
+
+def test_release_by_a_lost_holder_does_not_touch_the_new_holder(local_store: LeaseStore, key: str) -> None:
+    lock = LeaseLock(local_store, key, ttl=1.5, on_lost="check")
+    old = lock.acquire()
+    local_store.force_release(key, by="test")
+    new = LeaseLock(local_store, key, ttl=5).acquire()
+    assert not lock.release(old)
+    record = local_store.get(key)
+    assert record is not None and record.holder == new.holder and record.held
+    lock.release(new)
+
+
+def test_trust_window_closes_locally_when_renewals_cannot_happen(key: str) -> None:
+    """A store that stops answering: the holder gives the lease up at
+    start-of-last-renewal + ttl - margin, before the store could expire it."""
+    store = connect(f"memory://{key}")
+    blocked = threading.Event()
+    real_renew = store.renew
+
+    def hanging_renew(*args: object, **kwargs: object) -> bool:
+        blocked.wait(30)  # an unreachable server: the call does not come back
+        return False
+
+    lock = LeaseLock(store, key, ttl=1.0, on_lost="check")
+    lease = lock.acquire()
+    store.renew = hanging_renew  # type: ignore[method-assign]
+    try:
+        deadline = time.monotonic() + 10
+        while not lease.lost and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert lease.lost and "trust window" in (lease.lost_reason or "")
+        record = store.get(key)
+        # lost locally while the store still counts the lease as ours (or just expired)
+        assert record is not None and record.holder == lease.holder
+    finally:
+        blocked.set()
+        store.renew = real_renew  # type: ignore[method-assign]
+        lock.release(lease)
+
+
+def test_one_heartbeat_thread_serves_every_lease(local_store: LeaseStore, key: str) -> None:
+    locks = [LeaseLock(local_store, f"{key}-{i}", ttl=1.0) for i in range(50)]
+    leases = [lock.acquire() for lock in locks]
+    try:
+        time.sleep(0)  # let the heartbeat start
+        names = [t.name for t in threading.enumerate()]
+        assert names.count("lease-heartbeat") == 1
+        assert sum(n.startswith("lease-renew") for n in names) <= 4
+        deadline = time.monotonic() + 2.5
+        while time.monotonic() < deadline:
+            for lease in leases:
+                lease.check()
+            time.sleep(0.1)
+    finally:
+        for lock, lease in zip(locks, leases):
+            lock.release(lease)
