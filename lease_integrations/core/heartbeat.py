@@ -18,6 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from . import metrics
 from .lease import Lease
 from .store import LeaseStore
 
@@ -144,6 +145,7 @@ class Heartbeat:
             outcome = None
             entry.last_error = f"{type(exc).__name__}: {exc}"
             self.renew_failures += 1
+            metrics.renew_failed(lease.key, exc)
             log.warning(
                 "renewal of lease %s (token %s) failed, will retry: %s",
                 lease.key, lease.token, entry.last_error,

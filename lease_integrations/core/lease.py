@@ -10,6 +10,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from . import metrics
 from .errors import LeaseLost
 from .record import LeaseRecord
 
@@ -121,6 +122,7 @@ class Lease:
             extra={"lease_event": "lost", "lease_key": self.key, "lease_token": self.token,
                    "lease_holder": self.holder},
         )
+        metrics.lost(self.key)
         for callback in callbacks:
             _run_callback(callback, self)
         return True

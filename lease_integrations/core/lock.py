@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+from . import metrics
 from .backoff import Backoff
 from .errors import ConfigurationError, LeaseBusy, LeaseError, LeaseLost
 from .heartbeat import get_heartbeat
@@ -126,6 +127,7 @@ class LeaseLock:
             released = self.store.release(lease.key, lease.holder, lease.token)
         finally:
             lease.mark_released()
+        metrics.released(lease)
         log.info(
             "released lease %s (token %s)%s", lease.key, lease.token,
             "" if released else " (the store no longer had it)",
@@ -262,6 +264,7 @@ class LeaseLock:
 
     def _busy(self, result: AcquireResult) -> LeaseBusy:
         busy = LeaseBusy(self.key, result.record)
+        metrics.busy(self.key)
         log.info(str(busy), extra={"lease_event": "busy", "lease_key": self.key,
                                    "lease_holder": busy.holder, "lease_token": busy.token})
         return busy
@@ -275,6 +278,7 @@ class LeaseLock:
                 self._interrupters[id(lease)] = interrupter
             lease.on_lost(interrupter.fire)
         get_heartbeat().add(lease, self.store, self.heartbeat)
+        metrics.acquired(lease, time.monotonic() - started)
         log.info(
             "acquired lease %s (token %s) as %s", lease.key, lease.token, lease.holder,
             extra={"lease_event": "acquire", "lease_key": lease.key,
