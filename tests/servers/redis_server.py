@@ -1,20 +1,161 @@
-"""Session fixture `redis_url`: a real redis server for the tests, started on a
-free 127.0.0.1 port and stopped at the end of the session.
+"""Real redis-server processes for the tests, on free 127.0.0.1 ports.
 
-Placeholder until the redis store lands: skips, or fails when
-LEASE_TEST_REQUIRE_ALL=1 (as in the README's test command)."""
+`redis_url` is one session-wide server (no persistence) that every Redis test
+shares; tests keep apart by using unique keys. `redis_server_factory` starts
+private servers for fault tests, which stop, pause or restart them without
+disturbing anyone else. Every server is stopped by its PID.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
+SERVER_ENV = "LEASE_TEST_REDIS_SERVER"
+DEFAULT_BINARY = "/usr/bin/redis-server"
+START_TIMEOUT = 15.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _answers_ping(port: int) -> bool:
+    """One raw PING, so the fixture does not depend on the code under test."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class RedisServer:
+    """One redis-server process; `stop`/`start` keep the same port and data dir,
+    `pause`/`resume` freeze it with SIGSTOP/SIGCONT (a hung server, TCP kept)."""
+
+    def __init__(self, directory: Path, *, persistent: bool = False) -> None:
+        self.binary = os.environ.get(SERVER_ENV) or DEFAULT_BINARY
+        if not Path(self.binary).is_file():
+            raise FileNotFoundError(f"redis-server not found at {self.binary} (set ${SERVER_ENV})")
+        self.directory = directory
+        self.persistent = persistent
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.paused = False
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "server not running"
+        return self.process.pid
+
+    def start(self) -> None:
+        # appendfsync always: a restart must not lose an acknowledged write.
+        persistence = (["--appendonly", "yes", "--appendfsync", "always"] if self.persistent
+                       else ["--appendonly", "no"])
+        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", str(self.directory), "--save", "", *persistence,
+                "--daemonize", "no", "--logfile", str(self.directory / "redis.log")]
+        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + START_TIMEOUT
+        while not _answers_ping(self.port):
+            if self.process.poll() is not None:
+                err = self.process.stderr.read().decode() if self.process.stderr else ""
+                raise RuntimeError(f"redis-server exited with {self.process.returncode}: {err}"
+                                   f"{self.log_tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"redis-server on port {self.port} did not answer PING "
+                                   f"within {START_TIMEOUT} s{self.log_tail()}")
+            time.sleep(0.02)
+
+    def log_tail(self) -> str:
+        log = self.directory / "redis.log"
+        return "\n" + "\n".join(log.read_text().splitlines()[-10:]) if log.exists() else ""
+
+    def pause(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+        self.paused = False
+
+    def stop(self) -> None:
+        """Stop this server (and only it) by PID; SIGKILL if it does not exit."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        if self.paused:
+            os.kill(process.pid, signal.SIGCONT)
+            self.paused = False
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+    def kill(self) -> None:
+        """SIGKILL: the server dies without a chance to save anything."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        self.paused = False
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
 
 @pytest.fixture(scope="session")
-def redis_url() -> str:
-    message = "the redis test server is not available yet"
-    if os.environ.get("LEASE_TEST_REQUIRE_ALL") == "1":
-        pytest.fail(message)
-    pytest.skip(message)
-    return ""
+def redis_server() -> Iterator[RedisServer]:
+    directory = Path(tempfile.mkdtemp(prefix="lease-redis-"))
+    server = RedisServer(directory)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+def redis_server_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
+    """Private servers for tests that stop, pause or restart them."""
+    started: list[RedisServer] = []
+
+    def make(*, persistent: bool = False) -> RedisServer:
+        directory = tmp_path / f"redis-{len(started)}"
+        directory.mkdir()
+        server = RedisServer(directory, persistent=persistent)
+        started.append(server)
+        server.start()
+        return server
+
+    yield make
+    for server in started:
+        server.stop()

@@ -1,0 +1,271 @@
+"""Leases in Redis (``redis://`` and ``rediss://``), shared by every host.
+
+Acquire, renew and release are each one Lua script called by SHA: one atomic
+step and one round trip (redis-py's ``Script`` reloads a script the server
+flushed). Expiry is the server's ``PX``; times are the server's ``TIME``. The
+key layout and the scripts are in ``redis_scripts.py``; release wake-ups in
+``redis_notify.py``.
+
+The client never retries a command by itself: a retried acquire whose first
+reply was lost would find its own lease and report it busy. The heartbeat and
+``LeaseLock`` retry at the right level instead.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import unquote
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ..core.config import mask_url, parse_url, query_options
+from ..core.errors import ConfigurationError, StoreUnavailable
+from ..core.record import AcquireResult, LeaseRecord
+from ..core.store import HISTORY_LIMIT, EventKind, LeaseEvent, LeaseStore
+from . import redis_scripts
+from .redis_notify import ReleaseListener
+
+#: A prefix is part of every key's hash tag ``{prefix:key}``: no ``:`` (so the
+#: split between prefix and key is unambiguous) and no braces or glob characters.
+PREFIX_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
+DEFAULT_PREFIX = "lease"
+DEFAULT_TIMEOUT = 5.0
+
+_OPTIONS: dict[str, type] = {"prefix": str, "socket_timeout": float, "connect_timeout": float}
+_TLS_OPTIONS: dict[str, type] = {
+    "ssl_ca_certs": str, "ssl_certfile": str, "ssl_keyfile": str,
+    "ssl_cert_reqs": str, "ssl_check_hostname": bool,
+}
+
+
+def _dt(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000.0, timezone.utc)
+
+
+def _detail(detail: Mapping[str, Any] | None) -> str:
+    return json.dumps(dict(detail or {}), default=str)
+
+
+def _event_head(kind: str, detail_json: str, holder: str | None = None, *,
+                with_holder: bool = True) -> str:
+    """The start of an event's JSON object; the script appends token and time
+    (and, for a break, the holder it found)."""
+    fields = [f'"kind": {json.dumps(kind)}']
+    if with_holder:
+        fields.append(f'"holder": {json.dumps(holder)}')
+    fields.append(f'"detail": {detail_json}')
+    return "{" + ", ".join(fields)
+
+
+class RedisStore(LeaseStore):
+    """One Redis (or Redis Cluster slot per key) shared by every worker."""
+
+    notifies = True
+
+    def __init__(self, client: Any, *, prefix: str = DEFAULT_PREFIX, url: str = "redis://") -> None:
+        """Wrap a ``redis.Redis`` client (built with ``decode_responses=True``).
+        Checks reachability and loads the scripts in one round trip."""
+        if not isinstance(prefix, str) or not PREFIX_PATTERN.fullmatch(prefix):
+            raise ConfigurationError(
+                f"Redis key prefix {prefix!r} in {mask_url(url)!r} must be 1-64 letters, digits, "
+                "'.', '_' or '-' (no ':' or braces: it becomes part of the key's hash tag)"
+            )
+        self.url = mask_url(url)
+        self.prefix = prefix
+        self._client = client
+        self._db = int(client.connection_pool.connection_kwargs.get("db", 0) or 0)
+        scripts = redis_scripts
+        self._acquire = client.register_script(scripts.ACQUIRE)
+        self._renew = client.register_script(scripts.RENEW)
+        self._release = client.register_script(scripts.RELEASE)
+        self._force = client.register_script(scripts.FORCE_RELEASE)
+        self._get = client.register_script(scripts.GET)
+        self._event = client.register_script(scripts.RECORD_EVENT)
+        self._listener = ReleaseListener(client)
+        self._connect_check()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> RedisStore:
+        parts = parse_url(url)
+        scheme = parts.scheme.lower()
+        tls = scheme == "rediss"
+        if scheme not in ("redis", "rediss"):
+            raise ConfigurationError(f"not a Redis URL: {mask_url(url)!r}")
+        allowed = {**_OPTIONS, **(_TLS_OPTIONS if tls else {})}
+        opts = query_options(parts, allowed, url)
+        for name, value in options.items():
+            if name not in allowed:
+                known = ", ".join(sorted(allowed))
+                raise ConfigurationError(
+                    f"unknown Redis store option {name!r} for {mask_url(url)!r} (known: {known})"
+                )
+            opts[name] = value
+        db_text = parts.path.strip("/") or "0"
+        if not db_text.isdigit() or int(db_text) > 1_000_000:
+            raise ConfigurationError(
+                f"the path of Redis URL {mask_url(url)!r} must be a database number like /0, "
+                f"got {parts.path!r}"
+            )
+        kwargs: dict[str, Any] = {
+            "host": parts.hostname or "localhost",
+            "port": parts.port or 6379,
+            "db": int(db_text),
+            "username": unquote(parts.username) if parts.username else None,
+            "password": unquote(parts.password) if parts.password is not None else None,
+            "socket_timeout": float(opts.pop("socket_timeout", DEFAULT_TIMEOUT)),  # type: ignore[arg-type]
+            "socket_connect_timeout": float(opts.pop("connect_timeout", DEFAULT_TIMEOUT)),  # type: ignore[arg-type]
+            "decode_responses": True,
+            "retry": Retry(NoBackoff(), 0),
+        }
+        prefix = str(opts.pop("prefix", DEFAULT_PREFIX))
+        if tls:
+            kwargs["ssl"] = True
+            kwargs.update(opts)
+        return cls(redis.Redis(**kwargs), prefix=prefix, url=url)
+
+    # -- plumbing -----------------------------------------------------------------
+    def _connect_check(self) -> None:
+        """One round trip at connect: PING proves the server answers (and the
+        password and db are right), SCRIPT LOAD saves the first calls a NOSCRIPT."""
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.ping()
+            for script in (self._acquire, self._renew, self._release, self._force, self._get,
+                           self._event):
+                pipe.script_load(script.script)
+            pipe.execute()
+        except (redis.AuthenticationError, redis.exceptions.AuthorizationError) as exc:
+            self._client.close()
+            raise ConfigurationError(
+                f"Redis refused the credentials in {self.url!r}: {exc}"
+            ) from None
+        except redis.RedisError as exc:
+            self._client.close()
+            if "DB index" in str(exc):
+                raise ConfigurationError(f"bad database number in {self.url!r}: {exc}") from None
+            raise StoreUnavailable(f"cannot reach Redis: {exc}", url=self.url) from None
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except redis.RedisError as exc:
+            raise StoreUnavailable(f"Redis error: {type(exc).__name__}: {exc}",
+                                   url=self.url) from exc
+
+    def _tag(self, key: str) -> str:
+        return f"{{{self.prefix}:{key}}}"
+
+    def _keys(self, key: str, *names: str) -> list[str]:
+        tag = self._tag(key)
+        return [f"{tag}:{name}" for name in names]
+
+    def _channel(self, key: str) -> str:
+        # PUBLISH ignores the db number: put it in the channel so dbs do not cross-wake.
+        return f"{self._tag(key)}:released@{self._db}"
+
+    def _record(self, key: str, reply: Any) -> LeaseRecord | None:
+        if not reply:
+            return None
+        holder, token, acquired, renewed, expires, now, meta = reply
+        observed = _dt(now)
+        assert observed is not None
+        return LeaseRecord(key, holder or None, int(token), _dt(acquired), _dt(renewed),
+                           _dt(expires), observed, json.loads(meta) if meta else {})
+
+    # -- protocol -----------------------------------------------------------------
+    def acquire(self, key: str, holder: str, ttl: float, meta: Mapping[str, Any]) -> AcquireResult:
+        meta_json = json.dumps(dict(meta), default=str)
+        head = _event_head("acquired", '{"meta": ' + meta_json + "}", holder)
+        with self._errors():
+            granted, reply = self._acquire(
+                keys=self._keys(key, "lease", "rec", "ctr", "hist"),
+                args=[holder, max(1, round(ttl * 1000)), meta_json, head, HISTORY_LIMIT],
+            )
+        return AcquireResult(bool(granted), self._record(key, reply))
+
+    def renew(self, key: str, holder: str, token: int, ttl: float) -> bool:
+        with self._errors():
+            done = self._renew(keys=self._keys(key, "lease", "rec"),
+                               args=[holder, str(token), max(1, round(ttl * 1000))])
+        return bool(done)
+
+    def release(self, key: str, holder: str, token: int) -> bool:
+        with self._errors():
+            done = self._release(
+                keys=self._keys(key, "lease", "rec", "hist"),
+                args=[holder, str(token), _event_head("released", "{}", holder),
+                      HISTORY_LIMIT, self._channel(key)],
+            )
+        return bool(done)
+
+    def get(self, key: str) -> LeaseRecord | None:
+        with self._errors():
+            return self._record(key, self._get(keys=self._keys(key, "lease", "rec")))
+
+    def list(self, prefix: str = "") -> list[LeaseRecord]:
+        start = f"{{{self.prefix}:"
+        pattern = start + re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*}:rec"
+        with self._errors():
+            names = sorted(self._client.scan_iter(match=pattern, count=1000))
+            keys = [n[len(start):-len("}:rec")] for n in names]
+            keys = [k for k in keys if k.startswith(prefix)]
+            pipe = self._client.pipeline(transaction=False)
+            for k in keys:
+                self._get(keys=self._keys(k, "lease", "rec"), client=pipe)
+            replies = pipe.execute() if keys else []
+        records = [self._record(k, r) for k, r in zip(keys, replies, strict=True)]
+        return sorted((r for r in records if r is not None), key=lambda r: r.key)
+
+    def force_release(self, key: str, by: str) -> LeaseRecord | None:
+        head = _event_head("broken", _detail({"by": by}), with_holder=False)
+        with self._errors():
+            reply = self._force(keys=self._keys(key, "lease", "rec", "hist"),
+                                args=[head, HISTORY_LIMIT, self._channel(key)])
+        return self._record(key, reply)
+
+    def history(self, key: str, limit: int = 50) -> builtins.list[LeaseEvent]:
+        if limit <= 0:
+            return []
+        with self._errors():
+            raw = self._client.lrange(self._keys(key, "hist")[0], -limit, -1)
+        events: builtins.list[LeaseEvent] = []
+        for line in raw:
+            e = json.loads(line)
+            at = _dt(e["at"])
+            assert at is not None
+            events.append(LeaseEvent(key, e["kind"], int(e["token"]), e["holder"], at,
+                                     e.get("detail") or {}))
+        return events
+
+    def record_event(self, key: str, kind: EventKind, holder: str | None, token: int,
+                     detail: Mapping[str, Any] | None = None) -> None:
+        with self._errors():
+            head = _event_head(kind, _detail(detail), holder)
+            self._event(keys=self._keys(key, "lease", "rec", "hist"),
+                        args=[head, str(token), HISTORY_LIMIT])
+
+    def wait_for_release(self, key: str, timeout: float) -> bool:
+        if timeout <= 0:
+            return False
+        lease_key = self._keys(key, "lease")[0]
+
+        def is_free() -> bool:
+            try:
+                return not self._client.exists(lease_key)
+            except redis.RedisError:
+                return False
+
+        return self._listener.wait(self._channel(key), is_free, timeout)
+
+    def close(self) -> None:
+        self._listener.close()
+        self._client.close()
