@@ -7,6 +7,7 @@ resource: it joins the caller's own write (like etcd's ``IsOwner()``
 condition), it does not wrap it.
 """
 
+from .redis import RedisFence
 from .sql import SqlFence
 
-__all__ = ["SqlFence"]
+__all__ = ["RedisFence", "SqlFence"]
