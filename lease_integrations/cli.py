@@ -1,0 +1,187 @@
+"""``leasectl``: the operator's console for lease stores.
+
+At 3 a.m. someone must answer "who holds the billing lease, since when, and is
+it alive?" without reading code::
+
+    leasectl [--url URL] list [PREFIX]        every lease: holder, token, held for, expiry
+    leasectl [--url URL] show KEY             one lease in full, with its recent events
+    leasectl [--url URL] history KEY [-n N]   grants, releases, breaks, losses + a timeline
+    leasectl [--url URL] break KEY --yes [--by NAME]   force-release (recorded with NAME)
+
+Each command takes ``--json`` for scripts. The store is ``--url``, else
+``$LEASE_STORE_URL``, else the embedded SQLite default (as ``connect()``).
+URLs are always printed with their password masked.
+
+Exit codes:
+    0  ok (also: an empty list, or ``break`` of a lease that is not held)
+    1  not found: show / history / break of a key the store has never seen
+    2  usage or configuration error (bad arguments, bad URL, bad key)
+    3  store unavailable (unreachable, failing, or no SQLite file at that path)
+    4  break refused: ``--yes`` was not given
+    5  unexpected internal error (a bug: please report it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .core.config import mask_url, parse_url, resolve_url
+from .core.errors import ConfigurationError, LeaseError, StoreUnavailable
+from .core.store import HISTORY_LIMIT, LeaseStore
+from .core.validation import validate_key
+
+Command = Callable[[LeaseStore, argparse.Namespace], int]
+
+EPILOG = """\
+store URL: --url, else $LEASE_STORE_URL, else the embedded SQLite default.
+
+exit codes:
+  0  ok (also an empty list, or break of a lease that is not held)
+  1  not found: show/history/break of a key the store has never seen
+  2  usage or configuration error
+  3  store unavailable (or no SQLite file at that path)
+  4  break refused: --yes was not given
+  5  unexpected internal error
+"""
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if not 1 <= value <= HISTORY_LIMIT:
+        raise argparse.ArgumentTypeError(
+            f"must be between 1 and {HISTORY_LIMIT} (the history kept per key), got {value}")
+    return value
+
+
+def _key(text: str) -> str:
+    try:
+        return validate_key(text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .console.breaking import run_break
+    from .console.history import run_history
+    from .console.leases import run_list, run_show
+
+    # Accepted before or after the command; SUPPRESS keeps the command's parser
+    # from overwriting a value given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=argparse.SUPPRESS,
+                        help="store URL (default: $LEASE_STORE_URL, else the embedded SQLite file)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print JSON for scripts instead of tables")
+
+    parser = argparse.ArgumentParser(
+        prog="leasectl", description="Inspect and break lease_integrations leases.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default=None,
+                        help="store URL (default: $LEASE_STORE_URL, else the embedded SQLite file)")
+    parser.add_argument("--json", action="store_true", default=False,
+                        help="print JSON for scripts instead of tables")
+    parser.add_argument("--version", action="version", version=_version())
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, run: Command, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(
+            name, parents=[common], help=help_text, description=help_text, epilog=EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub.set_defaults(run=run)
+        return sub
+
+    listing = add("list", run_list, "list leases: holder, token, held for, expiry, state, job")
+    listing.add_argument("prefix", nargs="?", default="", help="only keys starting with this")
+    add("show", run_show, "show one lease in full").add_argument("key", type=_key)
+    history = add("history", run_history, "recent grants, releases, breaks and losses of a key")
+    history.add_argument("key", type=_key)
+    history.add_argument("-n", type=_positive, default=20, metavar="N",
+                         help="how many events (default 20)")
+    breaking = add("break", run_break,
+                   "force-release a lease whoever holds it (recorded in its history)")
+    breaking.add_argument("key", type=_key)
+    breaking.add_argument("--yes", action="store_true",
+                          help="really break it (without this, exit 4 and change nothing)")
+    breaking.add_argument("--by", default=None,
+                          help="who breaks it, for the history (default: user@host)")
+    return parser
+
+
+def _version() -> str:
+    from . import __version__
+
+    return f"leasectl (lease_integrations) {__version__}"
+
+
+def _missing_sqlite_file(url: str) -> Path | None:
+    """The SQLite store creates its file on first use; the console must not,
+    or a typo in --url would show an empty store instead of an error. (Mirrors
+    the path rules of ``SqliteStore.from_url``.)"""
+    parts = parse_url(url)
+    if parts.scheme.lower() != "sqlite":
+        return None
+    raw = (parts.netloc + parts.path) if parts.netloc not in ("", "localhost") else parts.path
+    if raw.startswith("//"):
+        raw = "/" + raw.lstrip("/")
+    if not raw or Path(raw).exists():
+        return None  # an empty path is from_url's error to report
+    return Path(raw)
+
+
+def open_store(url: str | None) -> LeaseStore:
+    from .stores import connect
+
+    resolved = resolve_url(url)
+    missing = _missing_sqlite_file(resolved)
+    if missing is not None:
+        raise StoreUnavailable(
+            f"no SQLite lease store at {str(missing)!r}: check the URL (nothing has taken a "
+            "lease there yet, or it is another path)", url=mask_url(resolved))
+    return connect(resolved)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from .console import exits
+
+    parser = build_parser()
+    args = parser.parse_args(argv)  # exits 2 on usage errors
+    try:
+        store = open_store(args.url)
+        try:
+            code: int = args.run(store, args)
+        finally:
+            store.close()
+        return code
+    except exits.CommandFailed as exc:
+        _error(str(exc))
+        return exc.code
+    except ConfigurationError as exc:
+        _error(str(exc))
+        return exits.USAGE
+    except StoreUnavailable as exc:
+        _error(f"store unavailable: {exc}")
+        return exits.UNAVAILABLE
+    except LeaseError as exc:
+        _error(str(exc))
+        return exits.USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        traceback.print_exc()
+        _error(f"unexpected error ({type(exc).__name__}): {exc}")
+        return exits.INTERNAL
+
+
+def _error(message: str) -> None:
+    print(f"leasectl: {message}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""``break``: the operator's force-release, the only path in the library that
+touches another holder's lease. It asks for ``--yes`` because breaking a live
+holder means two runs may overlap until the holder's heartbeat notices."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import socket
+
+from ..core.errors import ConfigurationError
+from ..core.store import LeaseStore
+from . import exits
+from .render import dumps, expires_text, meta_summary, record_json
+
+
+def default_breaker() -> str:
+    """``user@host``: who to ask later why the lease was broken."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (some containers)
+        user = os.environ.get("USER") or "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def run_break(store: LeaseStore, args: argparse.Namespace) -> int:
+    by = default_breaker() if args.by is None else args.by.strip()
+    if not by:
+        raise ConfigurationError(f"--by must name who breaks the lease, got {args.by!r}")
+    current = store.get(args.key)
+    if current is None:
+        raise exits.not_found(f"no lease {args.key!r} in {store.url}")
+    if current.holder is None:
+        if args.json:
+            print(dumps({"key": args.key, "broken": False, "by": by,
+                         "before": record_json(current)}))
+        else:
+            print(f"lease {args.key!r} is not held (token {current.token} was released); "
+                  "nothing to break")
+        return exits.OK
+    about = meta_summary(current.meta)
+    holder = f"{current.holder}" + (f" ({about})" if about else "")
+    if not args.yes:
+        raise exits.refused(
+            f"refusing to break lease {args.key!r} without --yes: it is {current.state}, "
+            f"token {current.token}, holder {holder}, expires {expires_text(current)}. "
+            "Breaking a live holder lets another run start before the holder notices."
+        )
+    before = store.force_release(args.key, by)
+    if before is None:  # deleted between our read and the break
+        raise exits.not_found(f"no lease {args.key!r} in {store.url}")
+    if args.json:
+        print(dumps({"key": args.key, "broken": before.holder is not None, "by": by,
+                     "before": record_json(before)}))
+        return exits.OK
+    if before.holder is None:
+        print(f"lease {args.key!r} was released meanwhile (token {before.token}); nothing broken")
+    else:
+        print(f"broke lease {args.key!r}: token {before.token} of {before.holder} was "
+              f"{before.state}; recorded as broken by {by}.")
+        print("The holder's next renewal is refused and it reports the loss (lease.lost).")
+    return exits.OK

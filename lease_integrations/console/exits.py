@@ -1,0 +1,27 @@
+"""Exit codes scripts can rely on, and the exceptions that carry them out of a
+command (so a command never calls ``sys.exit`` halfway through its output)."""
+
+from __future__ import annotations
+
+OK = 0
+NOT_FOUND = 1
+USAGE = 2
+UNAVAILABLE = 3
+REFUSED = 4
+INTERNAL = 5
+
+
+class CommandFailed(Exception):
+    """A command ended with a message for stderr and a documented exit code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def not_found(message: str) -> CommandFailed:
+    return CommandFailed(message, NOT_FOUND)
+
+
+def refused(message: str) -> CommandFailed:
+    return CommandFailed(message, REFUSED)

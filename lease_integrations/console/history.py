@@ -1,0 +1,95 @@
+"""``history``: the key's recent grants, releases, breaks and losses, as a
+table (exact times, tokens, holders) and as a timeline read at a glance."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from datetime import date, datetime, timezone
+
+from ..core.store import LeaseEvent, LeaseStore
+from . import exits
+from .render import (
+    clock,
+    dumps,
+    event_detail,
+    event_json,
+    expires_text,
+    meta_summary,
+    record_json,
+    short_holder,
+    span,
+    table,
+)
+
+MARKS = {"acquired": "+", "released": "-", "broken": "!", "lost": "x"}
+HEADERS = ("AT (UTC)", "EVENT", "TOKEN", "HOLDER", "DETAIL")
+
+
+def run_history(store: LeaseStore, args: argparse.Namespace) -> int:
+    record = store.get(args.key)
+    events = store.history(args.key, args.n)
+    if record is None and not events:
+        raise exits.not_found(f"no lease {args.key!r} in {store.url}")
+    if args.json:
+        print(dumps({"store": store.url, "key": args.key,
+                     "current": record_json(record) if record else None,
+                     "events": [event_json(e) for e in events]}))
+        return exits.OK
+    print(f"history of {args.key!r} in {store.url} (last {len(events)} event(s), oldest first)")
+    if events:
+        print(table(HEADERS, ([clock(e.at), e.kind, str(e.token), e.holder or "-",
+                               event_detail(e)] for e in events)))
+        print()
+        print("timeline:")
+        for line in timeline(events):
+            print(f"  {line}")
+    if record is not None:
+        if record.holder is None:
+            now = f"released (last token {record.token})"
+        else:
+            left = expires_text(record)
+            now = (f"{record.state}: token {record.token} by {short_holder(record.holder)}, "
+                   + (left if record.state == "expired" else f"expires in {left}"))
+        print(f"now: {now}")
+    return exits.OK
+
+
+def timeline(events: Sequence[LeaseEvent]) -> list[str]:
+    """One short line per event; spans (held 4.2s, noticed 0.9s after the
+    break) are worked out from the events themselves, on the store's clock."""
+    granted: dict[int, datetime] = {}
+    broken: dict[int, datetime] = {}
+    lines: list[str] = []
+    day: date | None = None
+    for event in events:
+        at = event.at.astimezone(timezone.utc)
+        if at.date() != day:
+            day = at.date()
+            lines.append(f"-- {day.isoformat()} (UTC) --")
+        who = short_holder(event.holder)
+        start = granted.get(event.token)
+        held = f", held {span((at - start).total_seconds())}" if start else ""
+        if event.kind == "acquired":
+            granted[event.token] = at
+            about = meta_summary(event.detail.get("meta") or {})
+            text = f"granted to {who}" + (f" ({about})" if about else "")
+        elif event.kind == "released":
+            text = f"released by {who}{held}"
+        elif event.kind == "broken":
+            broken[event.token] = at
+            text = f"BROKEN by {event.detail.get('by', '?')} (holder {who}{held})"
+        elif event.kind == "lost":
+            since = broken.get(event.token)
+            if since is not None:
+                after = f" {span((at - since).total_seconds())} after the break"
+            elif start is not None:
+                after = f" after holding it {span((at - start).total_seconds())}"
+            else:
+                after = ""
+            text = f"LOST: {who} noticed{after}"
+        else:
+            text = f"{who} {event_detail(event)}".strip()
+        mark = MARKS.get(event.kind, "?")
+        lines.append(f"{at.strftime('%H:%M:%S.%f')[:-3]}  #{event.token:<4} {mark} {text}")
+    return lines
