@@ -1,0 +1,173 @@
+"""Airflow Connection -> lease store URL.
+
+Users already keep credentials in Airflow Connections (UI, secrets backends,
+``AIRFLOW_CONN_*`` variables); a lease store should be one more Connection,
+not a URL pasted into DAG code. The mapping is pure (fields in, URL out) so it
+can be checked without a server; the lookup goes through the Task SDK, so it
+honours every secrets backend Airflow does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import PurePosixPath
+from typing import Any, Protocol
+from urllib.parse import quote, urlencode
+
+from lease_integrations import ConfigurationError
+
+DEFAULT_CONN_ID = "lease_default"
+
+#: Connection extras passed to the store URL as query options, per type. Other
+#: extras belong to Airflow's own hooks (the same Connection may serve both) and
+#: are ignored; ``lease_options`` (a JSON object) passes anything else verbatim.
+PASSTHROUGH: dict[str, tuple[str, ...]] = {
+    "redis": ("prefix", "timeout"),
+    "postgres": ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "table",
+                 "prefix", "timeout"),
+    "mongo": ("authSource", "replicaSet", "tls", "tlsCAFile", "collection", "prefix", "timeout"),
+    "sqlite": ("timeout",),
+}
+ALIASES = {"postgresql": "postgres", "mongodb": "mongo", "rediss": "redis"}
+TRUE = ("1", "true", "yes", "on")
+
+
+class ConnectionLike(Protocol):
+    conn_id: str
+    conn_type: str | None
+    host: str | None
+    schema: str | None
+    login: str | None
+    password: str | None
+    port: int | None
+
+    @property
+    def extra_dejson(self) -> dict[str, Any]: ...
+
+
+def store_url_from_connection(conn: ConnectionLike) -> str:
+    """The store URL a Connection describes (password included: never log it
+    unmasked, see ``lease_integrations.core.config.mask_url``)."""
+    kind = ALIASES.get((conn.conn_type or "").lower(), (conn.conn_type or "").lower())
+    extra = dict(conn.extra_dejson or {})
+    if kind == "sqlite":
+        return _sqlite_url(conn, extra)
+    if kind == "redis":
+        db = extra.get("db", conn.schema or 0)
+        scheme = "rediss" if _flag(extra.get("ssl")) or conn.conn_type == "rediss" else "redis"
+        return _network_url(scheme, conn, f"/{db}", _options(kind, conn, extra))
+    if kind == "postgres":
+        path = f"/{quote(conn.schema, safe='')}" if conn.schema else ""
+        return _network_url("postgresql", conn, path, _options(kind, conn, extra))
+    if kind == "mongo":
+        srv = _flag(extra.get("srv"))
+        options = _options(kind, conn, extra)
+        if _flag(extra.get("ssl")) and "tls" not in options:
+            options["tls"] = "true"
+        path = f"/{quote(conn.schema, safe='')}" if conn.schema else ""
+        return _network_url("mongodb+srv" if srv else "mongodb", conn, path, options,
+                            with_port=not srv)
+    raise ConfigurationError(
+        f"connection {conn.conn_id!r} has type {conn.conn_type!r}; a lease store connection "
+        "must be of type redis, postgres, mongo or sqlite"
+    )
+
+
+def _sqlite_url(conn: ConnectionLike, extra: Mapping[str, Any]) -> str:
+    # Airflow's own sqlite connections put the file in ``host``; accept ``schema`` too.
+    raw = conn.host or conn.schema or ""
+    if not raw:
+        raise ConfigurationError(
+            f"sqlite connection {conn.conn_id!r} names no database file; put its absolute "
+            "path in the Host field"
+        )
+    if not PurePosixPath(raw).is_absolute():
+        raise ConfigurationError(
+            f"sqlite connection {conn.conn_id!r} has the relative path {raw!r}; use an "
+            "absolute path (a relative one would differ between the worker and the triggerer)"
+        )
+    options = _options("sqlite", conn, extra)
+    return f"sqlite://{raw}" + (f"?{urlencode(options)}" if options else "")
+
+
+def _network_url(scheme: str, conn: ConnectionLike, path: str, options: dict[str, str], *,
+                 with_port: bool = True) -> str:
+    if not conn.host:
+        raise ConfigurationError(f"{scheme} connection {conn.conn_id!r} has no host")
+    auth = ""
+    if conn.login or conn.password:
+        auth = quote(conn.login or "", safe="")
+        if conn.password:
+            auth += ":" + quote(conn.password, safe="")
+        auth += "@"
+    host = f"[{conn.host}]" if ":" in conn.host and not conn.host.startswith("[") else conn.host
+    port = f":{int(conn.port)}" if conn.port and with_port else ""
+    query = f"?{urlencode(options)}" if options else ""
+    return f"{scheme}://{auth}{host}{port}{path}{query}"
+
+
+def _options(kind: str, conn: ConnectionLike, extra: Mapping[str, Any]) -> dict[str, str]:
+    options = {k: _text(extra[k]) for k in PASSTHROUGH[kind] if extra.get(k) not in (None, "")}
+    verbatim = extra.get("lease_options", {})
+    if isinstance(verbatim, str):
+        try:
+            verbatim = json.loads(verbatim)
+        except ValueError:
+            verbatim = None
+    if not isinstance(verbatim, dict):
+        raise ConfigurationError(
+            f"extra 'lease_options' of connection {conn.conn_id!r} must be a JSON object, "
+            f"got {extra.get('lease_options')!r}"
+        )
+    options.update({str(k): _text(v) for k, v in verbatim.items()})
+    return options
+
+
+def _flag(value: object) -> bool:
+    return value is True or (isinstance(value, str) and value.lower() in TRUE)
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def resolve_store_url(conn_id: str) -> str | None:
+    """The store URL of Connection ``conn_id``, looked up through the Task SDK
+    (metadata DB, secrets backends, ``AIRFLOW_CONN_*``). None means "use the
+    default" (``$LEASE_STORE_URL`` or the embedded SQLite file): allowed only
+    for the default id, because a typo in an explicit id must not silently
+    split the leases across two stores."""
+    from airflow.sdk import Connection
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        conn = Connection.get(conn_id)
+    except AirflowNotFoundException:
+        _check_default(conn_id)
+        return None
+    return store_url_from_connection(conn)
+
+
+async def resolve_store_url_async(conn_id: str) -> str | None:
+    """``resolve_store_url`` for the triggerer's event loop."""
+    from airflow.sdk import Connection
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        conn = await Connection.async_get(conn_id)
+    except AirflowNotFoundException:
+        _check_default(conn_id)
+        return None
+    return store_url_from_connection(conn)
+
+
+def _check_default(conn_id: str) -> None:
+    if conn_id == DEFAULT_CONN_ID:
+        return
+    raise ConfigurationError(
+        f"lease_conn_id={conn_id!r}: no such Airflow connection (define it, or leave "
+        f"lease_conn_id at {DEFAULT_CONN_ID!r} to use $LEASE_STORE_URL or the embedded store)"
+    )

@@ -1,0 +1,203 @@
+"""``LeasedPythonOperator``: a ``PythonOperator`` whose callable runs inside a lease.
+
+Airflow's own limits (``max_active_runs``, pools, ``max_active_tis_per_dag``)
+stop at one DAG, one metadata DB and the task's *state*; a backfill, a manual
+trigger and the scheduled run of the same task can still run side by side.
+The lease spans all of them, and any DAG or Airflow install that shares the
+key and the store.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk.exceptions import AirflowSkipException
+
+from lease_integrations import Lease, LeaseBusy, LeaseLock, LeaseStore, connect
+
+from .connections import DEFAULT_CONN_ID, resolve_store_url
+from .options import LeaseOptions, default_key
+from .signals import release_on_sigterm
+from .trigger import LeaseReleasedTrigger
+
+XCOM_KEY = "lease_token"
+
+
+class _NotAcquired(Exception):
+    """Our own acquire found the lease busy (as opposed to a ``LeaseBusy``
+    raised by the callable, which is the callable's failure to report)."""
+
+    def __init__(self, busy: LeaseBusy) -> None:
+        super().__init__(str(busy))
+        self.busy = busy
+
+
+class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
+    """Run ``python_callable`` only while holding the lease ``lease_key``.
+
+    :param lease_key: the lease's name (templated). Default
+        ``airflow/<dag_id>/<task_id>``: shared by every run of the task, whatever
+        its run type, so a backfill and a manual run contend. Share one key
+        across DAGs to make them exclude each other.
+    :param lease_ttl: seconds the store keeps the lease without a renewal; it
+        is renewed every ``lease_heartbeat`` (ttl/3) while the callable runs.
+        After a crash (SIGKILL) the next run gets the lease after at most this.
+    :param lease_conn_id: Airflow Connection of type redis, postgres, mongo or
+        sqlite. If the default ``lease_default`` does not exist,
+        ``$LEASE_STORE_URL`` or the embedded SQLite file under ``$AIRFLOW_HOME``.
+    :param on_busy: ``skip`` (task skipped; the log names the holder), ``fail``
+        (an ordinary failure, so ``retries`` apply) or ``wait``.
+    :param wait_timeout: with ``wait``: give up (fail) after this many seconds;
+        None waits as long as it takes.
+    :param deferrable: with ``wait``: free the worker slot while waiting (the
+        triggerer polls the store every ``poll_interval`` seconds).
+    :param on_lost: ``interrupt`` (``LeaseLost`` is raised inside the callable)
+        or ``check`` (raised at the callable's next ``lease.check()``); either
+        way a try that lost its lease fails.
+
+    In the callable the lease is ``context["lease"]`` (key, holder, token); the
+    token is also pushed to XCom as ``lease_token`` for downstream fencing.
+    """
+
+    template_fields: Sequence[str] = (*PythonOperator.template_fields, "lease_key")
+
+    def __init__(
+        self,
+        *,
+        lease_key: str | None = None,
+        lease_ttl: float = 60.0,
+        lease_heartbeat: float | None = None,
+        lease_conn_id: str = DEFAULT_CONN_ID,
+        on_busy: str = "skip",
+        wait_timeout: float | None = None,
+        on_lost: str = "interrupt",
+        deferrable: bool = False,
+        poll_interval: float = 5.0,
+        **kwargs: Any,
+    ) -> None:
+        # Checked before the operator exists, so a bad DAG fails to import.
+        self.lease_options = LeaseOptions(
+            lease_key=lease_key, lease_ttl=lease_ttl, lease_heartbeat=lease_heartbeat,
+            lease_conn_id=lease_conn_id, on_busy=on_busy, wait_timeout=wait_timeout,
+            on_lost=on_lost, deferrable=deferrable, poll_interval=poll_interval,
+        )
+        super().__init__(**kwargs)
+        self.lease_key = lease_key
+        self._held: tuple[LeaseLock, Lease] | None = None
+        self._deadline: str | None = None  # set when resumed after a deferred wait
+
+    # -- Airflow entry points ---------------------------------------------------
+    def execute(self, context: Any) -> Any:
+        options = self.lease_options
+        key = self.lease_key or default_key(self.dag_id, self.task_id,
+                                            getattr(context["ti"], "map_index", -1))
+        store = connect(resolve_store_url(options.lease_conn_id))
+        try:
+            lock = options.lock_for(key, store, _holder_meta(context))
+            return self._run_leased(lock, store, context)
+        finally:
+            store.close()
+
+    def execute_after_wait(self, context: Any, event: dict[str, Any] | None = None) -> Any:
+        """Resumed by ``LeaseReleasedTrigger``: try again (and defer again if
+        another waiter won the lease first)."""
+        self._deadline = (event or {}).get("deadline")
+        return self.execute(context)
+
+    def on_kill(self) -> None:
+        held = self._held
+        if held is not None:
+            lock, lease = held
+            self.log.warning("task killed: releasing lease %s (token %s)", lease.key, lease.token)
+            lock.release(lease)
+        super().on_kill()
+
+    # -- steps --------------------------------------------------------------------
+    def _run_leased(self, lock: LeaseLock, store: LeaseStore, context: Any) -> Any:
+        """One immediate attempt decides the policy, so the log says who holds
+        the lease before anything waits."""
+        options = self.lease_options
+        remaining = self._remaining_wait()
+        try:
+            return self._hold_and_run(lock, store, context, wait=0)
+        except _NotAcquired as not_acquired:
+            busy = not_acquired.busy
+        if options.on_busy == "skip":
+            self.log.info("skipping: %s", busy)
+            raise AirflowSkipException(f"skipped: {busy}")
+        if options.on_busy == "fail":
+            self.log.error("failing: %s", busy)
+            raise busy
+        if options.deferrable and (remaining is None or remaining > 0):
+            self.log.info("deferring until it is free: %s", busy)
+            self._defer_until_free(lock.key, remaining)
+        self.log.info("waiting %s for it: %s",
+                      "as long as it takes" if remaining is None else f"up to {remaining:.1f} s",
+                      busy)
+        try:
+            return self._hold_and_run(lock, store, context, wait=remaining)
+        except _NotAcquired as not_acquired:
+            self.log.error("gave up waiting: %s", not_acquired.busy)
+            raise not_acquired.busy from None
+
+    def _hold_and_run(self, lock: LeaseLock, store: LeaseStore, context: Any,
+                      wait: float | None) -> Any:
+        entered = False
+        try:
+            with lock.hold(wait=wait) as lease:
+                entered = True
+                self._held = (lock, lease)
+                self.log.info("holding lease %s with token %s as %s (store %s)",
+                              lease.key, lease.token, lease.holder, store.url)
+                context["lease"] = lease
+                context["ti"].xcom_push(key=XCOM_KEY, value=lease.token)
+                with release_on_sigterm(lambda: lock.release(lease),
+                                        f"lease {lease.key} (token {lease.token})"):
+                    return super().execute(context)
+        except LeaseBusy as busy:
+            if entered:
+                raise  # raised by the callable itself, not by our acquire
+            raise _NotAcquired(busy) from None
+        finally:
+            self._held = None
+
+    def _remaining_wait(self) -> float | None:
+        timeout = self.lease_options.wait_timeout
+        deadline = self._deadline
+        if deadline is None:
+            return timeout
+        left = (datetime.fromisoformat(deadline) - datetime.now(timezone.utc)).total_seconds()
+        return max(0.0, left)
+
+    def _defer_until_free(self, key: str, remaining: float | None) -> None:
+        deadline = self._deadline
+        if deadline is None and remaining is not None:
+            deadline = (datetime.now(timezone.utc) + timedelta(seconds=remaining)).isoformat()
+        self.defer(
+            trigger=LeaseReleasedTrigger(
+                lease_key=key, lease_conn_id=self.lease_options.lease_conn_id,
+                poll_interval=self.lease_options.poll_interval, deadline=deadline,
+            ),
+            method_name="execute_after_wait",
+            timeout=None if remaining is None else timedelta(seconds=remaining),
+        )
+
+
+def _holder_meta(context: Any) -> dict[str, Any]:
+    """Who holds the lease, as a person running ``leasectl list`` wants to see it."""
+    ti = context["ti"]
+    dag_run = context.get("dag_run")
+    run_type = getattr(dag_run, "run_type", None)
+    return {
+        "dag_id": ti.dag_id,
+        "run_id": ti.run_id,
+        "run_type": getattr(run_type, "value", run_type),
+        "task_id": ti.task_id,
+        "try_number": ti.try_number,
+        "map_index": ti.map_index,
+        "host": getattr(ti, "hostname", None) or socket.gethostname(),
+    }

@@ -1,0 +1,85 @@
+"""The lease arguments of a leased task, checked when the DAG file is parsed.
+
+A DAG with ``on_busy="wiat"`` or ``lease_ttl=0`` must fail to import (a
+visible import error in the UI), not fail at 3 a.m. on its first run. The
+key, ttl, heartbeat and loss policy are checked by the core's own
+``LeaseLock`` (one rule, one place); only the Airflow-side choices are here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lease_integrations import ConfigurationError, LeaseLock, LeaseStore, connect
+
+from .connections import DEFAULT_CONN_ID
+
+ON_BUSY = ("skip", "fail", "wait")
+
+
+@dataclass(frozen=True)
+class LeaseOptions:
+    lease_key: str | None = None
+    lease_ttl: float = 60.0
+    lease_heartbeat: float | None = None
+    lease_conn_id: str = DEFAULT_CONN_ID
+    on_busy: str = "skip"
+    wait_timeout: float | None = None
+    on_lost: str = "interrupt"
+    deferrable: bool = False
+    poll_interval: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.on_busy not in ON_BUSY:
+            raise ConfigurationError(
+                f"on_busy={self.on_busy!r} is not a valid policy; choose one of "
+                + ", ".join(map(repr, ON_BUSY))
+            )
+        if not isinstance(self.lease_conn_id, str) or not self.lease_conn_id:
+            raise ConfigurationError(
+                f"lease_conn_id must be a non-empty string, got {self.lease_conn_id!r}"
+            )
+        if self.wait_timeout is not None:
+            if self.on_busy != "wait":
+                raise ConfigurationError(
+                    f"wait_timeout={self.wait_timeout!r} only applies with on_busy='wait' "
+                    f"(on_busy is {self.on_busy!r})"
+                )
+            _seconds("wait_timeout", self.wait_timeout, allow_zero=True)
+        if not isinstance(self.deferrable, bool):
+            raise ConfigurationError(f"deferrable must be True or False, got {self.deferrable!r}")
+        if self.deferrable and self.on_busy != "wait":
+            raise ConfigurationError(
+                f"deferrable=True only applies with on_busy='wait' (on_busy is {self.on_busy!r})"
+            )
+        _seconds("poll_interval", self.poll_interval, allow_zero=False)
+        # The core checks key, ttl, heartbeat and on_lost; a template is checked once rendered.
+        key = self.lease_key
+        if key is not None and not isinstance(key, str):
+            raise ConfigurationError(f"lease_key must be a string, got {key!r}")
+        if key is not None and ("{{" in key or "{%" in key):
+            key = None
+        self.lock_for(key or "airflow/validation", connect("memory://lease-options-validation"))
+
+    def lock_for(self, key: str, store: LeaseStore, meta: dict[str, object] | None = None,
+                 ) -> LeaseLock:
+        """The core lock these options describe (raises ConfigurationError on a bad key)."""
+        return LeaseLock(store, key, ttl=self.lease_ttl, heartbeat=self.lease_heartbeat,
+                         on_lost=self.on_lost, meta=meta)
+
+
+def default_key(dag_id: str, task_id: str, map_index: int = -1) -> str:
+    """One key per task, shared by every run of it (scheduled, manual, backfill:
+    that is the overlap to prevent), never per run. Mapped instances each get
+    their own, since they are different work that runs side by side by design."""
+    key = f"airflow/{dag_id}/{task_id}"
+    return key if map_index is None or map_index < 0 else f"{key}/{map_index}"
+
+
+def _seconds(name: str, value: object, *, allow_zero: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero) or math.isinf(value):
+        raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
