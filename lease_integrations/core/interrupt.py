@@ -80,7 +80,7 @@ class MainThreadInterrupt(Interrupter):
                 _pending.clear()
                 # Only the main thread may change handlers; a release from another
                 # thread leaves ours in place, which is harmless (it chains).
-                if threading.current_thread() is threading.main_thread():
+                if threading.current_thread() is threading.main_thread() and INTERRUPT_SIGNAL:
                     signal.signal(INTERRUPT_SIGNAL, _previous_handler or signal.SIG_DFL)
                     _previous_handler = None
 

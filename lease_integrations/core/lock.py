@@ -219,7 +219,10 @@ class LeaseLock:
                 task.cancel(f"lease {lease.key!r} lost")
 
         if self.on_lost == "interrupt":
-            lease.on_lost(lambda _lease: loop.call_soon_threadsafe(cancel))
+            def cancel_from_heartbeat(_lease: Lease) -> None:
+                loop.call_soon_threadsafe(cancel)
+
+            lease.on_lost(cancel_from_heartbeat)
         try:
             yield lease
         except asyncio.CancelledError:

@@ -10,6 +10,7 @@ lets one conformance suite prove every store equal.
 
 from __future__ import annotations
 
+import builtins
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -74,7 +75,7 @@ class LeaseStore(ABC):
         None when the key was never acquired."""
 
     @abstractmethod
-    def list(self, prefix: str = "") -> list[LeaseRecord]:
+    def list(self, prefix: str = "") -> builtins.list[LeaseRecord]:
         """Every record whose key starts with ``prefix``, sorted by key."""
 
     @abstractmethod
@@ -85,7 +86,7 @@ class LeaseStore(ABC):
         holder's lease."""
 
     @abstractmethod
-    def history(self, key: str, limit: int = 50) -> list[LeaseEvent]:
+    def history(self, key: str, limit: int = 50) -> builtins.list[LeaseEvent]:
         """The key's most recent events, oldest first (at most ``limit``)."""
 
     @abstractmethod

@@ -3,6 +3,7 @@ of the same ``memory://name`` in one process, nothing across processes."""
 
 from __future__ import annotations
 
+import builtins
 import threading
 import time
 from collections import deque
@@ -110,7 +111,7 @@ class MemoryStore(LeaseStore):
             row = self._rows.get(key)
             return None if row is None else self._record(key, row, now, mono)
 
-    def list(self, prefix: str = "") -> list[LeaseRecord]:
+    def list(self, prefix: str = "") -> builtins.list[LeaseRecord]:
         now, mono = self._now()
         with self._cond:
             return [self._record(k, r, now, mono) for k, r in sorted(self._rows.items())
@@ -128,7 +129,7 @@ class MemoryStore(LeaseStore):
             self._cond.notify_all()
             return before
 
-    def history(self, key: str, limit: int = 50) -> list[LeaseEvent]:
+    def history(self, key: str, limit: int = 50) -> builtins.list[LeaseEvent]:
         with self._cond:
             row = self._rows.get(key)
             return [] if row is None else list(row.events)[-limit:]

@@ -11,6 +11,7 @@ on the host shares.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import sqlite3
@@ -203,7 +204,7 @@ class SqliteStore(LeaseStore):
             row = conn.execute(SELECT + " WHERE key = ?", (key,)).fetchone()
         return _record(row) if row else None
 
-    def list(self, prefix: str = "") -> list[LeaseRecord]:
+    def list(self, prefix: str = "") -> builtins.list[LeaseRecord]:
         pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         with self._transaction(immediate=False) as conn:
             rows = conn.execute(SELECT + " WHERE key LIKE ? ESCAPE '\\' ORDER BY key",
@@ -221,7 +222,7 @@ class SqliteStore(LeaseStore):
             self._add_event(conn, key, "broken", before.token, before.holder, {"by": by})
             return before
 
-    def history(self, key: str, limit: int = 50) -> list[LeaseEvent]:
+    def history(self, key: str, limit: int = 50) -> builtins.list[LeaseEvent]:
         with self._transaction(immediate=False) as conn:
             rows = conn.execute(HISTORY, {"key": key, "limit": limit}).fetchall()
         return [LeaseEvent(k, kind, int(tok), holder, _dt(at), json.loads(detail))

@@ -6,6 +6,7 @@ token older than one it had already accepted."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import subprocess
@@ -52,14 +53,14 @@ def test_many_processes_never_overlap_and_stale_writes_are_refused(
     grants = sorted((e for e in events if e["event"] == "grant"), key=lambda e: e["start"])
     lost = [e for e in events if e["event"] == "lost"]
 
-    overlaps = [(a, b) for a, b in zip(grants, grants[1:]) if b["start"] < a["end"]]
+    overlaps = [(a, b) for a, b in itertools.pairwise(grants) if b["start"] < a["end"]]
     tokens = [g["token"] for g in grants]
-    out_of_order = [(a, b) for a, b in zip(tokens, tokens[1:]) if b <= a]
+    out_of_order = [(a, b) for a, b in itertools.pairwise(tokens) if b <= a]
     with sqlite3.connect(ledger_path) as ledger:
         written = [row[0] for row in ledger.execute("SELECT token FROM ledger ORDER BY id")]
     # rule 3: in the order the ledger accepted writes, a token never goes back
     # (a late write accepted after a newer token would show up right here)
-    regressions = [(a, b) for a, b in zip(written, written[1:]) if b < a]
+    regressions = [(a, b) for a, b in itertools.pairwise(written) if b < a]
     stale_tried = [g for g in grants if g["stale_token"] is not None]
     stale_rejected = sum(1 for g in stale_tried if g["stale_accepted"] is False)
 
