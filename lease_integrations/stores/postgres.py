@@ -1,0 +1,400 @@
+"""PostgreSQL store (psycopg 3): one row per key, one statement per operation.
+
+Expiry is judged on the server's ``clock_timestamp()``. Acquire is a single
+``INSERT … ON CONFLICT … DO UPDATE … WHERE released-or-expired`` whose CTE
+also writes the history event, trims the history and, when the lease is busy,
+returns the current row: one round trip whether granted or busy. The row is
+never deleted, so the token counter survives release, expiry and takeover.
+Release and break notify waiters (``pg_notify``) in the same statement.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import threading
+import time
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+from urllib.parse import urlunsplit
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from ..core.config import mask_url, parse_url, query_options
+from ..core.errors import ConfigurationError, StoreUnavailable
+from ..core.record import AcquireResult, LeaseRecord
+from ..core.store import HISTORY_LIMIT, EventKind, LeaseEvent, LeaseStore
+from ._pg_listener import Listener
+from ._pg_pool import Pool, watchdog
+
+#: Table names: plain identifiers only, short enough for the "_events" suffix.
+TABLE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,49}")
+#: libpq parameters passed through from the URL's query string.
+LIBPQ_OPTIONS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "application_name",
+                 "target_session_attrs")
+OPTIONS: dict[str, type] = {"table": str, "connect_timeout": float, "statement_timeout": float,
+                            **{name: str for name in LIBPQ_OPTIONS}}
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS {t} (
+    key         text PRIMARY KEY,
+    holder      text,
+    token       bigint NOT NULL,
+    acquired_at timestamptz NOT NULL,
+    renewed_at  timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    meta        jsonb NOT NULL DEFAULT '{{}}'
+);
+CREATE TABLE IF NOT EXISTS {e} (
+    id     bigserial PRIMARY KEY,
+    key    text NOT NULL,
+    kind   text NOT NULL,
+    token  bigint NOT NULL,
+    holder text,
+    at     timestamptz NOT NULL,
+    detail jsonb NOT NULL DEFAULT '{{}}'
+);
+CREATE INDEX IF NOT EXISTS {ei} ON {e} (key, id);
+"""
+
+COLUMNS = "key, holder, token, acquired_at, renewed_at, expires_at, meta"
+
+# Keeps the newest HISTORY_LIMIT events of a key: the statement's snapshot does
+# not see the event it inserts, so it keeps one fewer of the older ones.
+TRIM = """DELETE FROM {e} WHERE key = %(key)s AND EXISTS (SELECT 1 FROM {changed})
+    AND id <= (SELECT id FROM {e} WHERE key = %(key)s ORDER BY id DESC
+               OFFSET %(keep)s LIMIT 1)"""
+
+# Granted: the upsert's row. Busy: the upsert returns nothing and the second
+# branch returns the current row, read in the same statement.
+ACQUIRE = f"""
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+up AS (
+    INSERT INTO {{t}} AS l ({COLUMNS})
+    SELECT %(key)s, %(holder)s, 1, now.t, now.t, now.t + make_interval(secs => %(ttl)s),
+           %(meta)s FROM now
+    ON CONFLICT (key) DO UPDATE SET
+        holder = excluded.holder, token = l.token + 1, acquired_at = excluded.acquired_at,
+        renewed_at = excluded.renewed_at, expires_at = excluded.expires_at, meta = excluded.meta
+    WHERE l.holder IS NULL OR l.expires_at <= excluded.acquired_at
+    RETURNING {COLUMNS}
+),
+ev AS (
+    INSERT INTO {{e}} (key, kind, token, holder, at, detail)
+    SELECT key, 'acquired', token, holder, acquired_at, jsonb_build_object('meta', meta) FROM up
+),
+trim AS ({TRIM.format(e="{e}", changed="up")})
+SELECT true, {COLUMNS}, acquired_at FROM up
+UNION ALL
+SELECT false, {COLUMNS}, now.t FROM {{t}}, now
+WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM up)
+"""
+
+RENEW = """
+UPDATE {t} SET renewed_at = c.now, expires_at = c.now + make_interval(secs => %(ttl)s)
+FROM (SELECT clock_timestamp() AS now) c
+WHERE key = %(key)s AND holder = %(holder)s AND token = %(token)s AND expires_at > c.now
+"""
+
+RELEASE = f"""
+WITH r AS (
+    UPDATE {{t}} SET holder = NULL
+    WHERE key = %(key)s AND holder = %(holder)s AND token = %(token)s RETURNING key, token
+),
+ev AS (
+    INSERT INTO {{e}} (key, kind, token, holder, at, detail)
+    SELECT key, 'released', token, %(holder)s, clock_timestamp(), '{{{{}}}}' FROM r
+),
+trim AS ({TRIM.format(e="{e}", changed="r")})
+SELECT token, pg_notify(%(channel)s, key)::text FROM r
+"""
+
+BREAK = f"""
+WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+b AS (
+    UPDATE {{t}} l SET holder = NULL
+    FROM (SELECT {COLUMNS} FROM {{t}} WHERE key = %(key)s FOR UPDATE) old
+    WHERE l.key = old.key
+    RETURNING old.key, old.holder, old.token, old.acquired_at, old.renewed_at,
+              old.expires_at, old.meta
+),
+ev AS (
+    INSERT INTO {{e}} (key, kind, token, holder, at, detail)
+    SELECT key, 'broken', token, holder, now.t, jsonb_build_object('by', %(by)s::text) FROM b, now
+),
+trim AS ({TRIM.format(e="{e}", changed="b")})
+SELECT {COLUMNS}, now.t, pg_notify(%(channel)s, key)::text FROM b, now
+"""
+
+ADD_EVENT = f"""
+WITH trim AS ({TRIM.format(e="{e}", changed="(SELECT 1) AS one")})
+INSERT INTO {{e}} (key, kind, token, holder, at, detail)
+VALUES (%(key)s, %(kind)s, %(token)s, %(holder)s, clock_timestamp(), %(detail)s)
+"""
+
+SELECT = f"SELECT {COLUMNS}, clock_timestamp() FROM {{t}}"
+GET = SELECT + " WHERE key = %(key)s"
+LIST = SELECT + ' WHERE starts_with(key, %(prefix)s) ORDER BY key COLLATE "C"'
+HISTORY = """
+SELECT key, kind, token, holder, at, detail FROM (
+    SELECT * FROM {e} WHERE key = %(key)s ORDER BY id DESC LIMIT %(limit)s
+) recent ORDER BY id
+"""
+
+
+def _record(row: tuple[Any, ...]) -> LeaseRecord:
+    key, holder, token, acquired, renewed, expires, meta, now = row
+    return LeaseRecord(key, holder, int(token), acquired, renewed, expires, now, dict(meta or {}))
+
+
+def _jsonb(value: Mapping[str, Any]) -> Jsonb:
+    return Jsonb(dict(value), dumps=partial(json.dumps, default=str))
+
+
+class PostgresStore(LeaseStore):
+    """Leases in a PostgreSQL table shared by every worker that can reach it."""
+
+    notifies = True
+
+    def __init__(self, conninfo: str, *, table: str = "leases", connect_timeout: float = 5.0,
+                 statement_timeout: float = 5.0, libpq: Mapping[str, str] | None = None,
+                 url: str | None = None) -> None:
+        if not isinstance(table, str) or not TABLE_PATTERN.fullmatch(table):
+            raise ConfigurationError(
+                f"PostgreSQL table name {table!r} must be a plain identifier: a letter or "
+                "underscore, then letters, digits or underscores, at most 50 characters")
+        for name, value in (("connect_timeout", connect_timeout),
+                            ("statement_timeout", statement_timeout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not 0 < value < 3600:
+                raise ConfigurationError(f"{name}={value!r} must be between 0 and 3600 seconds")
+        self._conninfo = conninfo
+        self.url = mask_url(url or conninfo)
+        self.table = table
+        self.channel = f"{table}_released"
+        self.connect_timeout = float(connect_timeout)
+        self.statement_timeout = float(statement_timeout)
+        # The client-side bound: the server's own timeout plus time to say so.
+        self.call_timeout = self.statement_timeout + 1.0
+        self._libpq = dict(libpq or {})
+        self._secret = str(psycopg.conninfo.conninfo_to_dict(conninfo).get("password") or "")
+        self._sql = self._compose()
+        self._pool = Pool(self._connect)
+        self._listener: tuple[int, Listener] | None = None
+        self._listener_lock = threading.Lock()
+        self._busy_since: dict[tuple[int | None, str], float] = {}
+        self.ensure_schema()
+
+    # -- construction ------------------------------------------------------------
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> PostgresStore:
+        """``postgresql://user:pw@host:port/db?table=leases&connect_timeout=5&
+        statement_timeout=5`` (seconds), plus libpq's ssl* options."""
+        parts = parse_url(url)
+        opts = query_options(parts, OPTIONS, url)
+        unknown = set(options) - set(OPTIONS)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown PostgreSQL store options {sorted(unknown)} for {mask_url(url)!r} "
+                f"(known: {', '.join(sorted(OPTIONS))})")
+        opts.update(options)
+        if not parts.hostname and "host" not in parts.query:
+            raise ConfigurationError(f"PostgreSQL URL {mask_url(url)!r} names no host")
+        base = urlunsplit(("postgresql", parts.netloc, parts.path, "", ""))
+        libpq = {k: str(opts.pop(k)) for k in LIBPQ_OPTIONS if k in opts}
+        return cls(base, libpq=libpq, url=url, **opts)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_engine(cls, engine: Any, **options: Any) -> PostgresStore:
+        """Reuse a SQLAlchemy engine's connection settings (an Airflow SQL
+        connection, say). The store opens its own autocommit connections with
+        its own timeouts, so heartbeats never wait for a slot in the engine's
+        pool nor join a transaction of the caller."""
+        dialect = getattr(getattr(engine, "dialect", None), "name", None)
+        if dialect != "postgresql":
+            raise ConfigurationError(
+                f"PostgresStore.from_engine needs a PostgreSQL engine, got dialect {dialect!r}")
+        url = engine.url
+        query = {k: v for k, v in url.query.items() if k in OPTIONS}
+        raw = url.set(drivername="postgresql", query=query).render_as_string(hide_password=False)
+        return cls.from_url(raw, **options)
+
+    def _compose(self) -> dict[str, str]:
+        names = {"t": sql.Identifier(self.table), "e": sql.Identifier(f"{self.table}_events"),
+                 "ei": sql.Identifier(f"{self.table}_events_by_key")}
+        queries = {"schema": SCHEMA, "acquire": ACQUIRE, "renew": RENEW, "release": RELEASE,
+                   "break": BREAK, "add_event": ADD_EVENT, "get": GET, "list": LIST,
+                   "history": HISTORY}
+        out = {name: sql.SQL(text).format(**names).as_string(None)  # type: ignore[arg-type]
+               for name, text in queries.items()}
+        out["listen"] = sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)).as_string(None)
+        return out
+
+    # -- connections -------------------------------------------------------------
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            params: dict[str, Any] = {
+                "application_name": "lease_integrations", **self._libpq,
+                "connect_timeout": max(2, math.ceil(self.connect_timeout)),
+                "options": f"-c statement_timeout={int(self.statement_timeout * 1000)} "
+                           "-c TimeZone=UTC",
+            }
+            return psycopg.connect(self._conninfo, autocommit=True, **params)
+        except psycopg.Error as exc:
+            raise self._unavailable("cannot connect to PostgreSQL", exc) from None
+
+    def _unavailable(self, what: str, exc: BaseException) -> StoreUnavailable:
+        detail = " ".join(str(exc).split())
+        if self._secret:
+            detail = detail.replace(self._secret, "***")
+        if "password authentication failed" in detail:
+            detail += "; check the user and password in the store URL"
+        return StoreUnavailable(f"{what}: {detail}", url=self.url)
+
+    def _run(self, name: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        return self._call(name, params)[0]
+
+    def _call(self, name: str, params: Mapping[str, Any] | None = None
+              ) -> tuple[list[tuple[Any, ...]], int]:
+        """One statement on a pooled autocommit connection, bounded on both
+        sides (statement_timeout on the server, the watchdog on the client).
+        Returns the rows and the row count."""
+        try:
+            with self._pool.connection() as conn, \
+                    watchdog().guard(conn.fileno(), self.call_timeout) as fired:
+                try:
+                    cur = conn.execute(self._sql[name], params)
+                    return (cur.fetchall() if cur.description else []), cur.rowcount
+                except psycopg.OperationalError as exc:
+                    if fired():
+                        raise StoreUnavailable(
+                            f"PostgreSQL did not answer within {self.call_timeout:g} s",
+                            url=self.url) from exc
+                    raise
+        except psycopg.errors.QueryCanceled as exc:
+            raise self._unavailable(
+                f"PostgreSQL statement_timeout ({self.statement_timeout:g} s) hit", exc) from None
+        except psycopg.Error as exc:
+            raise self._unavailable("PostgreSQL error", exc) from None
+
+    # -- schema ---------------------------------------------------------------------
+    def ensure_schema(self) -> None:
+        """Create the tables on first use; a no-op (one read) when they exist,
+        so a user without CREATE rights works on a migrated database."""
+        names = [sql.Identifier(n).as_string(None)  # type: ignore[arg-type]
+                 for n in (self.table, f"{self.table}_events")]
+        with self._pool.connection() as conn, watchdog().guard(conn.fileno(), self.call_timeout):
+            try:
+                row = conn.execute("SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) "
+                                   "IS NOT NULL", names).fetchone()
+            except psycopg.Error as exc:
+                raise self._unavailable("PostgreSQL error", exc) from None
+        if not (row and row[0]):
+            self.migrate()
+
+    def migrate(self) -> None:
+        """Create the lease and history tables if missing. Safe when several
+        processes race: an advisory lock serialises the DDL (``IF NOT EXISTS``
+        alone can still collide in the catalog)."""
+        try:
+            with self._pool.connection() as conn, \
+                    watchdog().guard(conn.fileno(), self.call_timeout), conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
+                             (f"lease_integrations:{self.table}",))
+                conn.execute(self._sql["schema"], prepare=False)
+        except psycopg.Error as exc:
+            raise self._unavailable(f"cannot create the lease table {self.table!r}", exc) from None
+
+    # -- protocol ---------------------------------------------------------------------
+    def acquire(self, key: str, holder: str, ttl: float, meta: Mapping[str, Any]) -> AcquireResult:
+        self._busy_since[(threading.get_ident(), key)] = self._busy_since[(None, key)] = \
+            time.monotonic()
+        rows = self._run("acquire", {"key": key, "holder": holder, "ttl": float(ttl),
+                                     "meta": _jsonb(meta), "keep": HISTORY_LIMIT - 1})
+        if rows and rows[0][0]:
+            self._busy_since.pop((threading.get_ident(), key), None)
+            return AcquireResult(True, _record(rows[0][1:]))
+        record = _record(rows[0][1:]) if rows else None
+        if record is None or not record.held:
+            # The statement's snapshot predates a writer it waited for (rare):
+            # read the row as it is now.
+            record = self.get(key)
+        return AcquireResult(False, record)
+
+    def renew(self, key: str, holder: str, token: int, ttl: float) -> bool:
+        _, count = self._call("renew", {"key": key, "holder": holder, "token": token,
+                                        "ttl": float(ttl)})
+        return count == 1
+
+    def release(self, key: str, holder: str, token: int) -> bool:
+        rows = self._run("release", {"key": key, "holder": holder, "token": token,
+                                     "channel": self.channel, "keep": HISTORY_LIMIT - 1})
+        return len(rows) == 1
+
+    def get(self, key: str) -> LeaseRecord | None:
+        rows = self._run("get", {"key": key})
+        return _record(rows[0]) if rows else None
+
+    def force_release(self, key: str, by: str) -> LeaseRecord | None:
+        rows = self._run("break", {"key": key, "by": by, "channel": self.channel,
+                                   "keep": HISTORY_LIMIT - 1})
+        return _record(rows[0][:8]) if rows else None
+
+    def history(self, key: str, limit: int = 50) -> list[LeaseEvent]:
+        rows = self._run("history", {"key": key, "limit": max(0, int(limit))})
+        return [LeaseEvent(k, kind, int(token), holder, at, dict(detail or {}))
+                for k, kind, token, holder, at, detail in rows]
+
+    def record_event(self, key: str, kind: EventKind, holder: str | None, token: int,
+                     detail: Mapping[str, Any] | None = None) -> None:
+        self._run("add_event", {"key": key, "kind": kind, "token": token, "holder": holder,
+                                "detail": _jsonb(detail or {}), "keep": HISTORY_LIMIT - 1})
+
+    # Defined after every other method annotated with ``list[...]`` (it shadows the builtin).
+    def list(self, prefix: str = "") -> list[LeaseRecord]:
+        return [_record(r) for r in self._run("list", {"prefix": prefix})]
+
+    # -- waiting ------------------------------------------------------------------------
+    def _get_listener(self) -> Listener:
+        with self._listener_lock:
+            if self._listener is None or self._listener[0] != os.getpid():
+                listener = Listener(self._connect, self._sql["listen"], self.call_timeout)
+                self._listener = (os.getpid(), listener)
+            return self._listener[1]
+
+    def wait_for_release(self, key: str, timeout: float) -> bool:
+        """Woken by the ``pg_notify`` of a release or break of ``key``, or by a
+        release since this thread's last busy acquire. Falls back to a plain
+        timed wait while the LISTEN connection is down."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        since = self._busy_since.pop((threading.get_ident(), key), None) \
+            or self._busy_since.get((None, key)) or time.monotonic()
+        listener = self._get_listener()
+        listening = listener.wait_listening(max(0.0, min(deadline - time.monotonic(),
+                                                         self.connect_timeout)))
+        if listening is not None and listening > since:
+            # LISTEN started after our acquire: a release in between went unheard.
+            try:
+                record = self.get(key)
+            except StoreUnavailable:
+                return True
+            if record is None or not record.held:
+                return True
+            since = listening
+        return listener.wait(key, since, max(0.0, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        with self._listener_lock:
+            if self._listener is not None and self._listener[0] == os.getpid():
+                self._listener[1].close()
+            self._listener = None
+        self._pool.close()
+
+    def __repr__(self) -> str:
+        return f"<PostgresStore {self.url} table={self.table}>"
+
