@@ -1,20 +1,134 @@
-"""Session fixture `mongo_url`: a real mongo server for the tests, started on a
-free 127.0.0.1 port and stopped at the end of the session.
+"""Session fixture ``mongo_url``: mongoeco's MongoDB-wire server (not mongod:
+none can be installed here, see NOTES.md) on a free 127.0.0.1 port, run by
+``tests/servers/mongo_wire_server.py`` under the Python 3.13 of .venv-mongo
+(or ``$LEASE_TEST_MONGO_PYTHON``), stopped by PID at the end of the session.
 
-Placeholder until the mongo store lands: skips, or fails when
-LEASE_TEST_REQUIRE_ALL=1 (as in the README's test command)."""
+The data lives in a SQLite file, so ``MongoWireServer.restart`` keeps it (the
+token counter must survive a server restart).
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).with_name("mongo_wire_server.py")
+START_TIMEOUT = 60.0
 
-@pytest.fixture(scope="session")
-def mongo_url() -> str:
-    message = "the mongo test server is not available yet"
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def mongo_python() -> Path | None:
+    env = os.environ.get("LEASE_TEST_MONGO_PYTHON")
+    path = Path(env) if env else ROOT / ".venv-mongo" / "bin" / "python"
+    return path if path.exists() else None
+
+
+class MongoWireServer:
+    """One wire server over one SQLite file; ``stop``/``start`` keep port and data."""
+
+    def __init__(self, python: Path) -> None:
+        self.python = python
+        self.root = Path(tempfile.mkdtemp(prefix="lease-mongo-"))
+        self.db_path = self.root / "mongo.sqlite"
+        self.log = self.root / "server.log"
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = f"mongodb://127.0.0.1:{self.port}/leases_test"
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [str(self.python), str(SCRIPT), str(self.port), str(self.db_path)],
+                stdout=log, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True)
+        self.wait_ready()
+
+    def wait_ready(self) -> None:
+        from pymongo import MongoClient
+        from pymongo.errors import PyMongoError
+
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"MongoDB-wire server exited: {self.log.read_text()[-2000:]}")
+            client: MongoClient[dict[str, object]] = MongoClient(
+                self.url, serverSelectionTimeoutMS=500, connectTimeoutMS=500)
+            try:
+                client.admin.command("ping")
+                return
+            except PyMongoError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"MongoDB-wire server did not start: {self.log.read_text()[-2000:]}"
+                    ) from None
+                time.sleep(0.1)
+            finally:
+                client.close()
+
+    def stop(self, *, kill: bool = False) -> None:
+        """Stop by PID: SIGTERM closes cleanly, SIGKILL as a crash would."""
+        if self.proc is None:
+            return
+        self.resume()
+        self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def pause(self) -> None:
+        """SIGSTOP: the server hangs with its connections open."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGCONT)
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _unavailable(message: str) -> None:
     if os.environ.get("LEASE_TEST_REQUIRE_ALL") == "1":
         pytest.fail(message)
     pytest.skip(message)
-    return ""
+
+
+@pytest.fixture(scope="session")
+def mongo_server() -> Iterator[MongoWireServer]:
+    python = mongo_python()
+    if python is None:
+        _unavailable("no MongoDB-wire server: build .venv-mongo (./run setup) "
+                     "or set LEASE_TEST_MONGO_PYTHON")
+    assert python is not None
+    server = MongoWireServer(python)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def mongo_url(mongo_server: MongoWireServer) -> str:
+    return mongo_server.url

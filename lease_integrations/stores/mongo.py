@@ -1,0 +1,251 @@
+"""MongoDB store (pymongo): one document per key, one conditional write per
+operation, judged on the server's ``$$NOW``.
+
+Acquire is one ``find_one_and_update`` with ``upsert``: its filter matches
+only a released or expired lease, and its pipeline update sets the new holder,
+the next token and the expiry from ``$$NOW``. When the lease is held the
+filter matches nothing, the upsert collides with the existing ``_id``
+(``DuplicateKeyError``, code 11000) and the store reads the current record:
+granted is one round trip, busy two. The document is never deleted, so the
+token counter survives release, expiry and takeover.
+
+History lives in the same document as an array capped at ``HISTORY_LIMIT``
+(``$slice`` in the same pipeline update): the event is written atomically
+with the change it records, in the same round trip, and the cap holds without
+a cleanup job. Reads that return records exclude it.
+
+MongoDB has no notification a waiter could block on without change streams
+(which need a replica set), so ``notifies`` is False and waiters poll.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections.abc import Mapping
+from datetime import timezone
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlunsplit
+
+from pymongo import MongoClient, ReturnDocument, common, uri_parser
+from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
+
+from ..core.config import mask_url, parse_url
+from ..core.errors import ConfigurationError, StoreUnavailable
+from ..core.record import AcquireResult, LeaseRecord
+from ..core.store import HISTORY_LIMIT, EventKind, LeaseEvent, LeaseStore
+
+COLLECTION_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,99}")
+#: Bounds so that no call hangs; a URL that sets its own wins.
+DEFAULT_TIMEOUTS_MS = {"serverSelectionTimeoutMS": 5000, "connectTimeoutMS": 5000,
+                       "socketTimeoutMS": 5000}
+NO_HISTORY = {"history": 0}
+
+#: Clients a forked child inherited: never used nor closed there.
+_INHERITED: list[Any] = []
+
+# A lease is free when released (holder null or missing) or expired by $$NOW.
+# expires_at is always a BSON date: the MongoDB-wire test server has no type
+# bracketing, so a null or number there would compare as "expired".
+FREE = {"$or": [{"$eq": [{"$ifNull": ["$holder", None]}, None]},
+                {"$lte": ["$expires_at", "$$NOW"]}]}
+NEXT_TOKEN = {"$add": [{"$ifNull": ["$token", 0]}, 1]}
+
+
+def _append(event: dict[str, Any]) -> dict[str, Any]:
+    """Pipeline expression: the history array with ``event`` appended, capped."""
+    return {"$slice": [{"$concatArrays": [{"$ifNull": ["$history", []]}, [event]]},
+                       -HISTORY_LIMIT]}
+
+
+def _event(kind: str, token: Any, holder: Any, detail: Mapping[str, Any]) -> dict[str, Any]:
+    return {"kind": kind, "token": token, "holder": holder, "at": "$$NOW",
+            "detail": {"$literal": dict(detail)}}
+
+
+def _record(doc: Mapping[str, Any], observed_at: Any = None) -> LeaseRecord:
+    return LeaseRecord(doc["_id"], doc.get("holder"), int(doc["token"]), doc.get("acquired_at"),
+                       doc.get("renewed_at"), doc.get("expires_at"),
+                       observed_at or doc["observed_at"], dict(doc.get("meta") or {}))
+
+
+class MongoStore(LeaseStore):
+    """Leases in a MongoDB collection (tested on mongoeco's MongoDB-wire
+    server; see the README)."""
+
+    notifies = False
+
+    def __init__(self, uri: str, *, database: str, collection: str = "leases",
+                 url: str | None = None, client_options: Mapping[str, Any] | None = None) -> None:
+        if not isinstance(collection, str) or not COLLECTION_PATTERN.fullmatch(collection) \
+                or ".." in collection:
+            raise ConfigurationError(
+                f"MongoDB collection name {collection!r} must start with a letter or underscore "
+                "and use only letters, digits, '_', '-' and '.' (at most 100 characters)")
+        self._uri = uri
+        self.url = mask_url(url or uri)
+        self.database = database
+        self.collection_name = collection
+        self._options = dict(client_options or {})
+        self._lock = threading.Lock()
+        self._client: tuple[int, MongoClient[dict[str, Any]]] | None = None
+        self._call(lambda c: c.database.command("ping"))  # fail at connect, not mid-job
+
+    # -- construction ------------------------------------------------------------
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> MongoStore:
+        """``mongodb://user:pw@host:port/db?collection=leases&w=majority`` plus
+        any pymongo URI option. Write concern defaults to majority, and server
+        selection, connect and socket timeouts to 5 s."""
+        parts = parse_url(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        collection = str(options.pop("collection", "leases"))
+        kept: list[tuple[str, str]] = []
+        for name, value in query:
+            if name == "collection":
+                collection = value
+            elif name.lower() not in common.VALIDATORS:
+                raise ConfigurationError(
+                    f"unknown option {name!r} in MongoDB store URL {mask_url(url)!r} "
+                    "(use collection= or a pymongo URI option)")
+            else:
+                kept.append((name, value))
+        uri = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept), ""))
+        try:
+            parsed = uri_parser.parse_uri(uri, warn=False)
+        except (PyMongoError, ValueError) as exc:
+            raise ConfigurationError(f"bad MongoDB store URL {mask_url(url)!r}: {exc}") from None
+        database = parsed.get("database")
+        if not database:
+            raise ConfigurationError(
+                f"MongoDB store URL {mask_url(url)!r} names no database; "
+                "use mongodb://host:port/dbname")
+        given = {name.lower() for name in parsed["options"]}
+        client_options: dict[str, Any] = {
+            name: ms for name, ms in DEFAULT_TIMEOUTS_MS.items() if name.lower() not in given}
+        if "w" not in given:
+            client_options["w"] = "majority"
+        if "wtimeoutms" not in given:
+            client_options["wTimeoutMS"] = 5000  # majority must not wait forever either
+        client_options.update(options)
+        return cls(uri, database=database, collection=collection, url=url,
+                   client_options=client_options)
+
+    # -- connection --------------------------------------------------------------
+    def _collection(self) -> Any:
+        """The collection on this process's client. pymongo clients must not
+        cross a fork, so a child makes its own (lazily, by pid)."""
+        with self._lock:
+            if self._client is None or self._client[0] != os.getpid():
+                if self._client is not None:
+                    _INHERITED.append(self._client[1])
+                client: MongoClient[dict[str, Any]] = MongoClient(
+                    self._uri, tz_aware=True, tzinfo=timezone.utc, appname="lease_integrations",
+                    **self._options)
+                self._client = (os.getpid(), client)
+            return self._client[1][self.database][self.collection_name]
+
+    def _call(self, op: Any) -> Any:
+        try:
+            return op(self._collection())
+        except DuplicateKeyError:
+            raise
+        except OperationFailure as exc:
+            detail = str(exc.details.get("errmsg") if exc.details else exc)
+            if exc.code in (18, 13) or "auth" in detail.lower():
+                detail += "; check the user and password in the store URL"
+            raise StoreUnavailable(f"MongoDB refused: {detail}", url=self.url) from None
+        except PyMongoError as exc:
+            detail = " ".join(str(exc).split())[:500]
+            raise StoreUnavailable(f"MongoDB error: {detail}", url=self.url) from None
+
+    def _read(self, match: Mapping[str, Any]) -> list[LeaseRecord]:
+        """Records with the server's time as ``observed_at``, in one round trip."""
+        pipeline = [{"$match": dict(match)}, {"$sort": {"_id": 1}}, {"$project": NO_HISTORY},
+                    {"$set": {"observed_at": "$$NOW"}}]
+        docs = self._call(lambda c: list(c.aggregate(pipeline)))
+        return [_record(d) for d in docs]
+
+    # -- protocol -----------------------------------------------------------------
+    def acquire(self, key: str, holder: str, ttl: float, meta: Mapping[str, Any]) -> AcquireResult:
+        meta_doc = json.loads(json.dumps(dict(meta), default=str))  # plain JSON, as elsewhere
+        update = [{"$set": {
+            "holder": {"$literal": holder}, "token": NEXT_TOKEN,
+            "acquired_at": "$$NOW", "renewed_at": "$$NOW",
+            "expires_at": {"$add": ["$$NOW", int(ttl * 1000)]},
+            "meta": {"$literal": meta_doc},
+            "history": _append(_event("acquired", NEXT_TOKEN, {"$literal": holder},
+                                      {"meta": meta_doc})),
+        }}]
+        try:
+            doc = self._call(lambda c: c.find_one_and_update(
+                {"_id": key, "$expr": FREE}, update, upsert=True, projection=NO_HISTORY,
+                return_document=ReturnDocument.AFTER))
+        except DuplicateKeyError:
+            doc = None  # held: the upsert collided with the existing document
+        if doc is not None and doc.get("holder") == holder:
+            return AcquireResult(True, _record(doc, doc["acquired_at"]))
+        current = self._read({"_id": key})
+        return AcquireResult(False, current[0] if current else None)
+
+    def renew(self, key: str, holder: str, token: int, ttl: float) -> bool:
+        update = [{"$set": {"renewed_at": "$$NOW",
+                            "expires_at": {"$add": ["$$NOW", int(ttl * 1000)]}}}]
+        result = self._call(lambda c: c.update_one(
+            {"_id": key, "holder": holder, "token": token,
+             "$expr": {"$gt": ["$expires_at", "$$NOW"]}}, update))
+        return bool(result.matched_count == 1)
+
+    def release(self, key: str, holder: str, token: int) -> bool:
+        update = [{"$set": {"holder": None,
+                            "history": _append(_event("released", token, {"$literal": holder}, {}))}}]
+        result = self._call(lambda c: c.update_one(
+            {"_id": key, "holder": holder, "token": token}, update))
+        return bool(result.matched_count == 1)
+
+    def get(self, key: str) -> LeaseRecord | None:
+        found = self._read({"_id": key})
+        return found[0] if found else None
+
+    def force_release(self, key: str, by: str) -> LeaseRecord | None:
+        # "$holder" in the event is read before this stage clears it.
+        update = [{"$set": {"holder": None,
+                            "history": _append(_event("broken", "$token", "$holder",
+                                                      {"by": by}))}}]
+        doc = self._call(lambda c: c.find_one_and_update(
+            {"_id": key}, update, return_document=ReturnDocument.AFTER))
+        if doc is None:
+            return None
+        broken = doc["history"][-1]
+        return _record({**doc, "holder": broken.get("holder")}, broken["at"])
+
+    def history(self, key: str, limit: int = 50) -> list[LeaseEvent]:
+        if limit <= 0:
+            return []
+        doc = self._call(lambda c: c.find_one({"_id": key},
+                                              {"history": {"$slice": -int(limit)}}))
+        events = (doc or {}).get("history") or []
+        return [LeaseEvent(key, e["kind"], int(e["token"]), e.get("holder"), e["at"],
+                           dict(e.get("detail") or {})) for e in events]
+
+    def record_event(self, key: str, kind: EventKind, holder: str | None, token: int,
+                     detail: Mapping[str, Any] | None = None) -> None:
+        plain = json.loads(json.dumps(dict(detail or {}), default=str))
+        update = [{"$set": {"history": _append(_event(kind, token, {"$literal": holder},
+                                                      plain))}}]
+        self._call(lambda c: c.update_one({"_id": key}, update))
+
+    # Defined after every method annotated with ``list[...]`` (it shadows the builtin).
+    def list(self, prefix: str = "") -> list[LeaseRecord]:
+        return self._read({"_id": {"$regex": "^" + re.escape(prefix)}})
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None and self._client[0] == os.getpid():
+                self._client[1].close()
+            self._client = None
+
+    def __repr__(self) -> str:
+        return f"<MongoStore {self.url} collection={self.collection_name}>"
