@@ -40,6 +40,11 @@ def connect(url: str | None = None, **options: Any) -> LeaseStore:
     """
     if isinstance(url, LeaseStore):
         return url
+    if getattr(getattr(url, "dialect", None), "name", None) == "postgresql":
+        # A SQLAlchemy engine (an Airflow SQL connection's, say): reuse its settings.
+        from .postgres import PostgresStore
+
+        return PostgresStore.from_engine(url, **options)
     resolved = resolve_url(url)
     scheme = parse_url(resolved).scheme.lower()
     target = STORES.get(scheme)
