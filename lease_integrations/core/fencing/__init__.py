@@ -7,7 +7,8 @@ resource: it joins the caller's own write (like etcd's ``IsOwner()``
 condition), it does not wrap it.
 """
 
+from .mongo import MongoFence
 from .redis import RedisFence
 from .sql import SqlFence
 
-__all__ = ["RedisFence", "SqlFence"]
+__all__ = ["MongoFence", "RedisFence", "SqlFence"]
