@@ -1,0 +1,80 @@
+"""The checker must catch what it is there to catch: feed it bad histories."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from history import check
+
+
+def ev(t: int, ev: str, worker: str, pid: int, **data: Any) -> dict[str, Any]:
+    return {"t": t, "ev": ev, "worker": worker, "pid": pid, **data}
+
+
+GOOD = [
+    ev(1, "acquire", "a", 1, token=1), ev(2, "write", "a", 1, token=1, ok=True),
+    ev(3, "release", "a", 1, token=1),
+    ev(4, "acquire", "b", 2, token=2), ev(5, "write", "b", 2, token=2, ok=True),
+    ev(6, "release", "b", 2, token=2),
+]
+
+
+def test_a_clean_history_passes() -> None:
+    verdict = check(GOOD, [1, 2], [1, 1, 2], 2)
+    assert verdict.violations == [] and len(verdict.grants) == 2
+
+
+def test_repeated_or_decreasing_tokens_break_rule_1() -> None:
+    bad = [dict(e) for e in GOOD]
+    bad[3]["token"] = 1
+    assert check(bad, [1], [1], 1).rule1
+
+
+def test_unexplained_overlap_breaks_rule_2() -> None:
+    overlapping = [
+        ev(1, "acquire", "a", 1, token=1), ev(2, "acquire", "b", 2, token=2),
+        ev(3, "release", "a", 1, token=1), ev(4, "release", "b", 2, token=2),
+    ]
+    verdict = check(overlapping, [], [2], 2)
+    assert verdict.rule2 and not verdict.overlaps_explained
+
+
+def test_overlap_during_an_injected_pause_is_explained_and_names_the_stale_holder() -> None:
+    overlapping = [
+        ev(1, "acquire", "a", 1, token=1), ev(2, "acquire", "b", 2, token=2),
+        ev(3, "release", "b", 2, token=2), ev(4, "lost", "a", 1, token=1),
+        ev(5, "write", "a", 1, token=1, ok=False), ev(6, "release", "a", 1, token=1),
+        {"t": 7, "ev": "paused", "worker": "harness", "pid": 0, "target": 1, "from": 1, "to": 3},
+    ]
+    verdict = check(overlapping, [2], [2], 2)
+    assert verdict.rule2 == [] and verdict.violations == []
+    assert "a (token 1)" in verdict.overlaps_explained[0] and "stale holder" in verdict.overlaps_explained[0]
+    assert verdict.stale_writes_rejected == 1
+
+
+def test_a_holder_told_of_its_loss_before_the_takeover_does_not_overlap() -> None:
+    history = [
+        ev(1, "acquire", "a", 1, token=1), ev(2, "lost", "a", 1, token=1),
+        ev(3, "acquire", "b", 2, token=2), ev(4, "gave_up", "a", 1, token=1),
+        ev(5, "release", "b", 2, token=2),
+    ]
+    assert check(history, [], [2], 2).violations == []
+
+
+def test_a_killed_holder_ends_at_its_kill() -> None:
+    history = [
+        ev(1, "acquire", "a", 1, token=1),
+        {"t": 2, "ev": "killed", "worker": "harness", "pid": 0, "target": 1},
+        ev(3, "acquire", "b", 2, token=2), ev(4, "release", "b", 2, token=2),
+    ]
+    assert check(history, [], [1, 2], 2).violations == []
+
+
+def test_resource_going_back_breaks_rule_3() -> None:
+    assert check(GOOD, [2, 1], [2], 2).rule3
+
+
+def test_counter_going_back_or_forgetting_a_grant_breaks_rule_4() -> None:
+    assert check(GOOD, [1, 2], [2, 1], 2).rule4
+    assert check(GOOD, [1, 2], [1, 2], 1).rule4
+    assert check(GOOD, [1, 2], [1, 2], None).rule4

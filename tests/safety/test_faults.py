@@ -1,0 +1,151 @@
+"""Fault injection on every store: SIGKILL, SIGSTOP past the ttl, a wrong
+wall clock, and (networked stores) a TCP proxy that delays, cuts and
+black-holes traffic. After every scenario the checker judges the history."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from conftest import record
+from harness import Scenario, median
+from proxy import FaultProxy
+
+TTL = 2.0
+
+
+@pytest.fixture
+def scenario(request: pytest.FixtureRequest, shared_store_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    run = Scenario(tmp_path, shared_store_url, request.node.name.split("[")[0].removeprefix("test_"))
+    run.start_sampling()
+    yield run
+    run.close()
+
+
+def assert_clean(verdict: object) -> None:
+    from history import Verdict
+
+    assert isinstance(verdict, Verdict)
+    assert not verdict.violations, verdict.violations
+
+
+def test_sigkill_of_the_holder_is_recovered_after_the_ttl(scenario: Scenario) -> None:
+    recoveries = []
+    for round_ in range(3):
+        victim, successor = f"victim{round_}", f"successor{round_}"
+        scenario.spawn(victim, ttl=TTL, hold=60, writes=1)
+        scenario.wait_for(scenario.first(victim, "write"), 30, f"{victim} to hold and write")
+        scenario.spawn(successor, ttl=TTL, hold=0.1, writes=1, wait=60)
+        scenario.wait_for(scenario.first(successor, "started"), 30, f"{successor} to start")
+        killed_at = scenario.kill(victim)
+        taken = scenario.wait_for(scenario.first(successor, "acquire"), 30, "the takeover")
+        assert taken["t"] > killed_at
+        recoveries.append((taken["t"] - killed_at) / 1e9)
+        scenario.procs[successor].wait(timeout=30)
+    verdict = scenario.verdict()
+    assert_clean(verdict)
+    assert [g.how_it_ended for g in verdict.grants] == ["killed", "release"] * 3
+    record(scenario.url, "SIGKILL holder", verdict,
+           **{"recovery after SIGKILL (median)": f"{median(recoveries):.2f} s (ttl {TTL:g} s)"})
+
+
+def test_sigstop_past_the_ttl_then_the_fence_refuses_the_late_write(scenario: Scenario) -> None:
+    scenario.spawn("paused", ttl=TTL, hold=8, writes=40, policy="check")
+    scenario.wait_for(scenario.first("paused", "write"), 30, "the holder to write")
+    scenario.spawn("successor", ttl=TTL, hold=0.2, writes=2, wait=60)
+    scenario.wait_for(scenario.first("successor", "started"), 30, "the successor to start")
+    scenario.pause("paused", until=lambda: bool(scenario.first("successor", "write")(scenario.events())),
+                   timeout=30)
+    late = scenario.wait_for(scenario.first("paused", "write", ok=False), 30, "the late write")
+    lost = scenario.wait_for(scenario.first("paused", "lost"), 30, "the heartbeat to report the loss")
+    scenario.join()
+    verdict = scenario.verdict()
+    assert_clean(verdict)
+    assert verdict.overlaps_explained, "the pause should have produced an explained overlap"
+    assert verdict.stale_writes_rejected >= 1
+    assert late["token"] < scenario.first("successor", "acquire")(scenario.events())["token"]
+    assert lost["token"] == late["token"]
+    record(scenario.url, "SIGSTOP > ttl, SIGCONT", verdict)
+
+
+def test_a_wrong_wall_clock_changes_nobody_s_lease(scenario: Scenario) -> None:
+    scenario.spawn("ahead", ttl=TTL, hold=3 * TTL, writes=6, clock_offset=3600)
+    scenario.wait_for(scenario.first("ahead", "acquire"), 30, "the holder with a clock an hour ahead")
+    scenario.spawn("behind", ttl=TTL, wait=0, seconds=60, clock_offset=-3600, writes=1, hold=0.1)
+    scenario.wait_for(scenario.first("behind", "busy"), 30, "the other worker to be refused")
+    scenario.join()
+    verdict = scenario.verdict()
+    assert_clean(verdict)
+    events = scenario.events()
+    assert not scenario.first("ahead", "lost")(events), "renewals failed because of a wall clock"
+    ahead_release = scenario.first("ahead", "release")(events)
+    behind_acquire = scenario.first("behind", "acquire")(events)
+    assert ahead_release and behind_acquire and behind_acquire["t"] > ahead_release["t"]
+    assert verdict.stale_writes_rejected == 0
+    record(scenario.url, "wall clock ±1 h", verdict)
+
+
+def _through(proxy: FaultProxy, url: str) -> str:
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    netloc = (userinfo + "@" if userinfo else "") + f"127.0.0.1:{proxy.port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _proxied(scenario: Scenario) -> FaultProxy:
+    parts = urlsplit(scenario.url)
+    if parts.scheme == "sqlite":
+        pytest.skip("SQLite has no network to cut")
+    assert parts.hostname and parts.port
+    return FaultProxy(parts.hostname, parts.port)
+
+
+def test_delayed_and_cut_connections_keep_the_lease(scenario: Scenario) -> None:
+    proxy = _proxied(scenario)
+    try:
+        scenario.spawn("holder", url=_through(proxy, scenario.url), ttl=TTL, hold=3 * TTL, writes=12)
+        scenario.wait_for(scenario.first("holder", "write"), 30, "the holder to write")
+        proxy.delay = 0.05  # every chunk 50 ms late: renewals slow down but succeed
+        time.sleep(TTL)  # the fault's duration: let several renewals pass through it
+        proxy.delay = 0.0
+        proxy.cut()  # every connection reset: the store reconnects
+        scenario.spawn("rival", ttl=TTL, wait=0, seconds=60, writes=1, hold=0.1)
+        scenario.join()
+    finally:
+        proxy.close()
+    verdict = scenario.verdict()
+    assert_clean(verdict)
+    events = scenario.events()
+    assert not scenario.first("holder", "lost")(events), "a slow or reset connection lost the lease"
+    assert scenario.first("rival", "busy")(events)
+    record(scenario.url, "proxy: 50 ms delay, then reset", verdict)
+
+
+def test_a_partition_past_the_trust_window_is_noticed_before_anyone_takes_over(
+    scenario: Scenario,
+) -> None:
+    proxy = _proxied(scenario)
+    try:
+        scenario.spawn("partitioned", url=_through(proxy, scenario.url), ttl=TTL, hold=4 * TTL,
+                       writes=40, policy="check")
+        scenario.wait_for(scenario.first("partitioned", "write"), 30, "the holder to write")
+        scenario.spawn("rival", ttl=TTL, wait=60, writes=2, hold=0.2)
+        scenario.wait_for(scenario.first("rival", "started"), 30, "the rival to start")
+        cut_from = time.monotonic_ns()
+        proxy.blackhole()
+        taken = scenario.wait_for(scenario.first("rival", "acquire"), 30, "the takeover")
+        scenario.wait_for(scenario.first("rival", "write"), 30, "the rival's write")
+        proxy.blackhole(False)
+        scenario.cut_off("partitioned", cut_from, time.monotonic_ns())
+        scenario.join()
+    finally:
+        proxy.close()
+    verdict = scenario.verdict()
+    assert_clean(verdict)
+    lost = scenario.first("partitioned", "lost")(scenario.events())
+    assert lost, "the partitioned holder was never told"
+    assert lost["t"] < taken["t"], "someone else held the lease before the holder knew it had lost it"
+    assert not verdict.overlaps_explained
+    record(scenario.url, "proxy: partition > trust window", verdict)
