@@ -66,7 +66,7 @@ def test_acquire_of_a_held_lease_is_busy_and_names_the_holder(store: LeaseStore,
     assert result.record.token == held.token
     assert result.record.meta.get("dag_id") == "billing"
     expires_in = result.record.expires_in
-    assert expires_in is not None and 0 < expires_in <= TTL
+    assert expires_in is not None and 0 < expires_in <= TTL + 0.01  # stores keep milliseconds
     current = store.get(key)
     assert current is not None and current.holder == "alice" and current.token == held.token
 
