@@ -1,0 +1,17 @@
+"""Prefect integration: single-runner flows with one decorator.
+
+    from lease_integrations.prefect import leased_flow, current_lease
+
+    @leased_flow(key="nightly-billing", ttl=60, on_busy="skip")
+    def nightly_billing():
+        token = current_lease().token   # fence your writes with it
+
+Needs ``prefect>=3.4`` (``pip install 'lease_integrations[prefect]'``).
+"""
+
+from .block import LeaseStoreBlock
+from .context import NoCurrentLease, current_lease
+from .flow import leased_flow
+from .leased import leased
+
+__all__ = ["LeaseStoreBlock", "NoCurrentLease", "current_lease", "leased", "leased_flow"]

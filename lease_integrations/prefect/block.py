@@ -1,0 +1,89 @@
+"""``LeaseStoreBlock``: the lease store's URL kept in Prefect, its password
+as a ``SecretStr`` (hidden in the UI and API), so flows name a block instead
+of carrying credentials: ``store="block:leases"`` or
+``store=LeaseStoreBlock.load("leases")``.
+
+Registered with Prefect through the ``prefect.collections`` entry point, or
+by hand with ``prefect block register -m lease_integrations.prefect.block``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import SplitResult, quote, unquote, urlsplit, urlunsplit
+
+from prefect.blocks.core import Block
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from lease_integrations import ConfigurationError, LeaseStore, connect
+from lease_integrations.core.config import mask_url
+from lease_integrations.stores import STORES
+
+
+class LeaseStoreBlock(Block):  # type: ignore[misc]  # Block is untyped for mypy
+    """Where a flow's leases live: a store URL and its password."""
+
+    _block_type_name = "Lease Store"
+    _block_type_slug = "lease-store"
+    _description = (
+        "The store that keeps lease locks for @leased_flow (lease_integrations): "
+        "a URL such as redis://host:6379/0 or postgresql://user@host/db, "
+        "with the password kept secret."
+    )
+
+    url: str = Field(
+        description="Store URL without its password, e.g. postgresql://leases@db:5432/jobs. "
+        "A password written into the URL is moved into the password field.",
+    )
+    password: SecretStr | None = Field(
+        default=None, description="The store's password, if it needs one."
+    )
+
+    @model_validator(mode="before")  # type: ignore[untyped-decorator]
+    @classmethod
+    def _move_password_out_of_url(cls, data: Any) -> Any:
+        """Keep the plain ``url`` field free of secrets, whatever the user pasted."""
+        if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+            return data
+        parts = urlsplit(data["url"])
+        if parts.password is None:
+            return data
+        data = dict(data)
+        if data.get("password") in (None, ""):
+            data["password"] = SecretStr(unquote(parts.password))
+        data["url"] = urlunsplit(_with_password(parts, None))
+        return data
+
+    @field_validator("url")  # type: ignore[untyped-decorator]
+    @classmethod
+    def _known_scheme(cls, url: str) -> str:
+        scheme = urlsplit(url.strip()).scheme.lower()
+        if scheme not in STORES:
+            known = ", ".join(f"{s}://" for s in STORES)
+            raise ConfigurationError(
+                f"store URL {mask_url(url)!r} has unknown scheme {scheme!r}; known: {known}"
+            )
+        return url.strip()
+
+    def get_url(self) -> str:
+        """The full URL with the password put back: for ``connect`` only, never log it."""
+        if self.password is None:
+            return self.url
+        parts = urlsplit(self.url)
+        return urlunsplit(_with_password(parts, self.password.get_secret_value()))
+
+    def connect(self) -> LeaseStore:
+        return connect(self.get_url())
+
+
+def _with_password(parts: SplitResult, password: str | None) -> SplitResult:
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    port = f":{parts.port}" if parts.port else ""
+    auth = user  # urlsplit keeps the user name percent-encoded already
+    if password is not None:
+        auth += ":" + quote(password, safe="")
+    netloc = (f"{auth}@" if auth else "") + host + port
+    return SplitResult(parts.scheme, netloc, parts.path, parts.query, parts.fragment)

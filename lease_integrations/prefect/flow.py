@@ -1,0 +1,259 @@
+"""``@leased_flow``: a Prefect flow that runs only while it holds a lease.
+
+The lease is taken *inside* the flow function, not in ``Flow.__call__``:
+deployed runs (``serve()``, ``deploy()``, workers) call ``flow.fn`` through
+the flow engine and never pass through ``__call__``. So the decorator wraps
+the user's function (``functools.wraps`` keeps its signature, hence the same
+parameter schema) and hands the wrapper to Prefect's own ``flow(...)``: the
+result is a real ``Flow`` with every ``@flow`` argument passed through.
+
+Inside the run, a busy lease ends the run as Prefect states do: ``skip``
+returns a ``Cancelled`` state naming the holder (like Prefect's CANCEL_NEW),
+``fail`` raises ``LeaseBusy`` (the run is Failed with the holder in the
+message), ``wait`` waits (``wait_timeout`` seconds, or for ever) and then
+fails. A lost lease raises ``LeaseLost`` in the body (sync flows: in the
+thread running it; async flows: the task is cancelled), so the run ends
+Failed, never Completed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from collections.abc import Callable
+from contextlib import AsyncExitStack, ExitStack
+from typing import Any, TypeVar, overload
+
+from prefect import flow as prefect_flow
+from prefect.flows import Flow
+
+from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock
+from lease_integrations.core.validation import (
+    ON_BUSY_POLICIES,
+    ON_LOST_POLICIES,
+    validate_heartbeat,
+    validate_policy,
+    validate_ttl,
+    validate_wait,
+)
+
+from .annotate import annotate_async, annotate_sync
+from .context import bound, run_meta
+from .keys import KeyTemplate, default_key
+from .store import StoreSource
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Every argument ``@flow`` takes, so a typo is a ConfigurationError here
+#: rather than a TypeError from deep inside Prefect.
+FLOW_ARGUMENTS = frozenset(inspect.signature(Flow.__init__).parameters) - {"self", "fn"}
+
+
+class LeasePlan:
+    """The lease settings of one flow, validated at decoration time and
+    turned into a ``LeaseLock`` per run."""
+
+    def __init__(
+        self, fn: Callable[..., Any], flow_name: str, *, key: str | None, ttl: float,
+        store: Any, on_busy: str, on_lost: str, wait_timeout: float | None,
+        heartbeat: float | None, annotate: bool,
+    ) -> None:
+        self.ttl = validate_ttl(ttl)
+        self.heartbeat = validate_heartbeat(heartbeat, self.ttl)
+        self.on_busy = validate_policy(on_busy, ON_BUSY_POLICIES, "on_busy")
+        self.on_lost = validate_policy(on_lost, ON_LOST_POLICIES, "on_lost")
+        if wait_timeout is not None and self.on_busy != "wait":
+            raise ConfigurationError(
+                f"wait_timeout={wait_timeout!r} only applies to on_busy='wait' "
+                f"(on_busy is {self.on_busy!r})"
+            )
+        self.wait: float | None = 0.0
+        if self.on_busy == "wait":
+            self.wait = validate_wait(wait_timeout)
+        if not isinstance(annotate, bool):
+            raise ConfigurationError(f"annotate must be True or False, got {annotate!r}")
+        self.annotate = annotate
+        self.flow_name = flow_name
+        self.key = KeyTemplate(key if key is not None else default_key(flow_name),
+                               inspect.signature(fn), flow_name)
+        self.source = StoreSource(store)
+
+    def lock_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> LeaseLock:
+        """Everything that may touch the outside world (the store, a block),
+        done when a run starts, never at import."""
+        return LeaseLock(
+            self.source.open(), self.key.render(args, kwargs), self.ttl,
+            heartbeat=self.heartbeat, on_lost=self.on_lost, meta=run_meta(),
+        )
+
+    def busy_outcome(self, busy: LeaseBusy) -> Any:
+        from prefect.logging import get_run_logger
+        from prefect.states import Cancelled
+
+        if self.on_busy == "skip":
+            get_run_logger().info("Skipping this run: %s", busy)
+            return Cancelled(message=f"Skipped: {busy}")
+        if self.on_busy == "wait":
+            get_run_logger().error("Gave up waiting after %s s: %s", self.wait, busy)
+        raise busy
+
+    def waiting(self, busy: LeaseBusy) -> None:
+        from prefect.logging import get_run_logger
+
+        limit = "as long as it takes" if self.wait is None else f"up to {self.wait:g} s"
+        get_run_logger().info("Waiting for lease %r (%s): %s", busy.key, limit, busy)
+
+    def acquired(self, lease: Lease) -> None:
+        from prefect.logging import get_run_logger
+
+        get_run_logger().info(
+            "Holding lease %r with fencing token %s as %s (store: %s)",
+            lease.key, lease.token, lease.holder, self.source.describe(),
+        )
+
+
+def _flow_run_context() -> Any:
+    from prefect.context import FlowRunContext
+
+    return FlowRunContext.get()
+
+
+def _run_id(ctx: Any) -> str | None:
+    return str(ctx.flow_run.id) if ctx is not None and ctx.flow_run is not None else None
+
+
+def _sync_wrapper(fn: Callable[..., Any], plan: LeasePlan) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def run_leased(*args: Any, **kwargs: Any) -> Any:
+        lock = plan.lock_for(args, kwargs)
+        ctx = _flow_run_context()
+        with ExitStack() as stack:
+            try:
+                try:
+                    lease = stack.enter_context(lock.hold(0))
+                except LeaseBusy as first:
+                    if plan.on_busy != "wait":
+                        raise
+                    plan.waiting(first)
+                    lease = stack.enter_context(lock.hold(plan.wait))
+            except LeaseBusy as busy:
+                return plan.busy_outcome(busy)
+            stack.enter_context(bound(lease, _run_id(ctx)))
+            plan.acquired(lease)
+            if plan.annotate and ctx is not None:
+                annotate_sync(ctx, lease)
+            return fn(*args, **kwargs)
+
+    return run_leased
+
+
+def _async_wrapper(fn: Callable[..., Any], plan: LeasePlan) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    async def run_leased(*args: Any, **kwargs: Any) -> Any:
+        # The store and a block may do blocking I/O: keep the event loop free.
+        lock = await asyncio.to_thread(plan.lock_for, args, kwargs)
+        ctx = _flow_run_context()
+        async with AsyncExitStack() as stack:
+            try:
+                try:
+                    lease = await stack.enter_async_context(lock.hold_async(0))
+                except LeaseBusy as first:
+                    if plan.on_busy != "wait":
+                        raise
+                    plan.waiting(first)
+                    lease = await stack.enter_async_context(lock.hold_async(plan.wait))
+            except LeaseBusy as busy:
+                return plan.busy_outcome(busy)
+            stack.enter_context(bound(lease, _run_id(ctx)))
+            plan.acquired(lease)
+            if plan.annotate and ctx is not None:
+                await annotate_async(ctx, lease)
+            return await fn(*args, **kwargs)
+
+    return run_leased
+
+
+def _check_function(fn: Any) -> None:
+    if isinstance(fn, Flow):
+        raise ConfigurationError(
+            f"{fn.name!r} is already a Prefect flow: use @leased_flow(...) in place of "
+            "@flow(...), not on top of it (it takes every @flow argument)"
+        )
+    if not callable(fn):
+        raise ConfigurationError(f"@leased_flow decorates a function, got {fn!r}")
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise ConfigurationError(
+            f"@leased_flow does not support generator flows ({fn.__name__!r}): the lease "
+            "would be held between yields while the caller runs; return a value instead"
+        )
+
+
+def _default_version(fn: Callable[..., Any]) -> str | None:
+    """Prefect versions a flow by hashing its function's file; the function
+    it sees is our wrapper, so hash the user's file instead."""
+    from prefect.utilities.hashing import file_hash
+
+    try:
+        path = inspect.getsourcefile(fn)
+        return file_hash(path) if path else None
+    except (OSError, TypeError):
+        return None
+
+
+def _build(
+    fn: Callable[..., Any], lease_options: dict[str, Any], flow_kwargs: dict[str, Any]
+) -> Flow[Any, Any]:
+    _check_function(fn)
+    unknown = sorted(set(flow_kwargs) - FLOW_ARGUMENTS)
+    if unknown:
+        raise ConfigurationError(
+            f"@leased_flow got unknown argument(s) {', '.join(unknown)}; it takes key, ttl, "
+            f"store, on_busy, on_lost, wait_timeout, heartbeat, annotate and every @flow "
+            f"argument ({', '.join(sorted(FLOW_ARGUMENTS))})"
+        )
+    name = flow_kwargs.get("name") or fn.__name__.replace("_", "-")
+    plan = LeasePlan(fn, name, **lease_options)
+    wrapper = _async_wrapper(fn, plan) if inspect.iscoroutinefunction(fn) else _sync_wrapper(fn, plan)
+    if flow_kwargs.get("version") is None:
+        flow_kwargs = {**flow_kwargs, "version": _default_version(fn)}
+    leased: Flow[Any, Any] = prefect_flow(wrapper, **flow_kwargs)
+    leased.lease_plan = plan  # type: ignore[attr-defined]  # for introspection and tests
+    return leased
+
+
+@overload
+def leased_flow(__fn: F) -> Flow[Any, Any]: ...
+
+
+@overload
+def leased_flow(
+    __fn: None = None, *, key: str | None = None, ttl: float = 30.0, store: Any = None,
+    on_busy: str = "skip", on_lost: str = "interrupt", wait_timeout: float | None = None,
+    heartbeat: float | None = None, annotate: bool = True, **flow_kwargs: Any,
+) -> Callable[[F], Flow[Any, Any]]: ...
+
+
+def leased_flow(
+    __fn: Callable[..., Any] | None = None, *, key: str | None = None, ttl: float = 30.0,
+    store: Any = None, on_busy: str = "skip", on_lost: str = "interrupt",
+    wait_timeout: float | None = None, heartbeat: float | None = None, annotate: bool = True,
+    **flow_kwargs: Any,
+) -> Any:
+    """A Prefect flow that holds the lease ``key`` while its body runs.
+
+    ``key`` defaults to the flow name and may name flow parameters
+    (``"billing-{tenant}"``). ``store`` is a URL, ``"block:<name>"``, a
+    ``LeaseStoreBlock`` or a ``LeaseStore``; by default ``$LEASE_STORE_URL``,
+    else the embedded SQLite file. ``on_busy`` is ``skip`` (Cancelled),
+    ``fail`` (Failed) or ``wait`` (up to ``wait_timeout`` s, then Failed);
+    ``on_lost`` is ``interrupt`` (stop the body at once) or ``check`` (raise at
+    the next ``current_lease().check()``); either way the run ends Failed.
+    ``annotate`` tags the run ``lease:<key>`` and adds an artifact naming the
+    key and token. Every other argument goes to ``@flow`` unchanged.
+    """
+    lease_options = dict(key=key, ttl=ttl, store=store, on_busy=on_busy, on_lost=on_lost,
+                         wait_timeout=wait_timeout, heartbeat=heartbeat, annotate=annotate)
+    if __fn is None:
+        return lambda fn: _build(fn, lease_options, flow_kwargs)
+    return _build(__fn, lease_options, flow_kwargs)

@@ -1,0 +1,144 @@
+"""Leased flows the tests run, in the test process and in child processes.
+
+Coordination is through files in ``$LEASE_TEST_DIR`` (read when a body runs):
+a body writes ``entered-<run>.json`` (its lease, and which other bodies were
+inside at that moment), waits for the file ``release`` (bounded), then writes
+``exited-<run>``. The store comes from ``$LEASE_STORE_URL``, so these flows
+also exercise the environment-variable configuration path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect.context import FlowRunContext
+
+from lease_integrations.prefect import current_lease, leased_flow
+
+TTL = 3.0
+#: Upper bound for any wait on the test's go-ahead: a lost test fails, never hangs.
+BOUND = 90.0
+
+
+def coord_dir() -> Path:
+    return Path(os.environ["LEASE_TEST_DIR"])
+
+
+def _run_name() -> str:
+    ctx = FlowRunContext.get()
+    return str(ctx.flow_run.id) if ctx and ctx.flow_run else f"pid{os.getpid()}"
+
+
+def enter(label: str = "") -> str:
+    """Record entry with the lease held and the bodies inside right now."""
+    d = coord_dir()
+    run = _run_name()
+    inside = sorted(
+        p.name[len("entered-"):-len(".json")] for p in d.glob("entered-*.json")
+        if not (d / f"exited-{p.name[len('entered-'):-len('.json')]}").exists()
+    )
+    lease = current_lease()
+    record = {"run": run, "label": label, "pid": os.getpid(), "token": lease.token,
+              "key": lease.key, "holder": lease.holder, "meta": lease.meta, "others_inside": inside,
+              "thread": threading.current_thread().name}
+    tmp = d / f".entered-{run}.tmp"
+    tmp.write_text(json.dumps(record))
+    tmp.rename(d / f"entered-{run}.json")
+    return run
+
+
+def wait_for_release() -> None:
+    release = coord_dir() / "release"
+    deadline = time.monotonic() + BOUND
+    while not release.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the test never released this body")
+        time.sleep(0.02)
+
+
+def leave(run: str) -> None:
+    (coord_dir() / f"exited-{run}").write_text("")
+
+
+def body(label: str = "") -> int:
+    run = enter(label)
+    wait_for_release()
+    leave(run)
+    return current_lease().token
+
+
+async def abody(label: str = "") -> int:
+    run = enter(label)
+    release = coord_dir() / "release"
+    deadline = time.monotonic() + BOUND
+    while not release.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the test never released this body")
+        await asyncio.sleep(0.02)
+    leave(run)
+    return current_lease().token
+
+
+# -- contention: two runs of one flow ------------------------------------------
+@leased_flow(key="race-sync", ttl=TTL, on_busy="skip")
+def race_sync_skip() -> int:
+    return body()
+
+
+@leased_flow(key="race-sync", ttl=TTL, on_busy="fail")
+def race_sync_fail() -> int:
+    return body()
+
+
+@leased_flow(key="race-sync", ttl=TTL, on_busy="wait", wait_timeout=BOUND)
+def race_sync_wait() -> int:
+    return body()
+
+
+@leased_flow(key="race-async", ttl=TTL, on_busy="skip")
+async def race_async_skip() -> int:
+    return await abody()
+
+
+@leased_flow(key="race-async", ttl=TTL, on_busy="wait", wait_timeout=2.0)
+async def race_async_wait_short() -> int:
+    return await abody()
+
+
+# -- one lease per tenant -------------------------------------------------------
+@leased_flow(key="billing-{tenant}", ttl=TTL, on_busy="skip")
+def tenant_billing(tenant: str, dry_run: bool = False) -> int:
+    return body(tenant)
+
+
+# -- a body that runs until the test stops it (loss, crash) ---------------------
+@leased_flow(key="long-sync", ttl=TTL, on_busy="fail")
+def long_sync() -> int:
+    return body()
+
+
+@leased_flow(key="long-async", ttl=TTL, on_busy="fail")
+async def long_async() -> int:
+    return await abody()
+
+
+@leased_flow(key="long-sync", ttl=TTL, on_busy="wait", wait_timeout=BOUND)
+def long_sync_waiter() -> dict[str, Any]:
+    lease = current_lease()
+    return {"token": lease.token, "holder": lease.holder}
+
+
+# -- deployments ----------------------------------------------------------------
+@leased_flow(key="deployed", ttl=TTL, on_busy="skip")
+def deployed(label: str = "") -> dict[str, Any]:
+    lease = current_lease()
+    (coord_dir() / f"deployed-{_run_name()}.json").write_text(
+        json.dumps({"token": lease.token, "meta": lease.meta, "label": label})
+    )
+    return {"token": lease.token}

@@ -1,0 +1,82 @@
+"""A lease broken from outside while the body runs ends the run Failed (sync
+flows in the main thread and in a worker thread, async flows); a SIGKILLed
+holder's lease is taken by a later run once its TTL has passed."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import flows_for_tests as ff
+import pytest
+from conftest import entered, wait_until
+
+from lease_integrations import connect
+
+
+def _break_when_entered(coord: Path, url: str, key: str) -> threading.Thread:
+    def breaker() -> None:
+        wait_until(lambda: entered(coord), 60, "the body to enter")
+        connect(url).force_release(key, by="test-operator")
+
+    thread = threading.Thread(target=breaker, daemon=True)
+    thread.start()
+    return thread
+
+
+def _assert_failed_by_loss(state: Any, coord: Path) -> None:
+    assert state.is_failed(), (state.type, state.message)
+    assert "LeaseLost" in (state.message or "") or "was lost" in (state.message or "")
+    assert not list(coord.glob("exited-*")), "the body ran on after its lease was broken"
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_sync_flow_in_main_thread_is_interrupted(coord: Path, lease_url: str) -> None:
+    breaker = _break_when_entered(coord, lease_url, "long-sync")
+    state = ff.long_sync(return_state=True)
+    breaker.join(10)
+    _assert_failed_by_loss(state, coord)
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_sync_flow_in_worker_thread_is_interrupted(coord: Path, lease_url: str) -> None:
+    breaker = _break_when_entered(coord, lease_url, "long-sync")
+    states: list[Any] = []
+    runner = threading.Thread(target=lambda: states.append(ff.long_sync(return_state=True)))
+    runner.start()
+    runner.join(60)
+    breaker.join(10)
+    assert states, "the flow did not finish"
+    _assert_failed_by_loss(states[0], coord)
+    assert entered(coord)[0]["thread"] != "MainThread"
+
+
+@pytest.mark.usefixtures("prefect_api")
+def test_async_flow_is_cancelled_and_fails(coord: Path, lease_url: str) -> None:
+    breaker = _break_when_entered(coord, lease_url, "long-async")
+    state = asyncio.run(ff.long_async(return_state=True))
+    breaker.join(10)
+    _assert_failed_by_loss(state, coord)
+
+
+def test_sigkilled_holder_is_taken_over_after_its_ttl(
+    spawn: Any, coord: Path, lease_url: str
+) -> None:
+    victim = spawn("long_sync")
+    (held,) = wait_until(lambda: entered(coord), 90, "the victim to hold the lease")
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait(30)
+    store = connect(lease_url)
+    before = store.get("long-sync")
+    assert before is not None and before.token == held["token"]
+    assert before.holder == held["holder"]
+
+    result = ff.long_sync_waiter()  # on_busy="wait": gets the lease once it expires
+    assert result["token"] == held["token"] + 1
+    assert result["holder"] != held["holder"]
+    after = store.get("long-sync")
+    assert after is not None and after.acquired_at is not None and before.expires_at is not None
+    assert after.acquired_at >= before.expires_at, "taken over before the dead holder's ttl"
