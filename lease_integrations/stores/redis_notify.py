@@ -32,6 +32,7 @@ class ReleaseListener:
         self._pubsub: Any = None
         self._pid = os.getpid()
         self._channels: set[str] = set()
+        self._pending: set[str] = set()  # channels a waiter needs subscribed
         self._seen: dict[str, int] = {}  # notifications received per channel
         self._busy = False  # a thread is using the pub/sub connection
 
@@ -39,43 +40,54 @@ class ReleaseListener:
         """Block until ``channel`` gets a release, or ``timeout`` passes.
 
         A release published before we subscribed is not replayed by Redis, so
-        right after subscribing we ask ``is_free()`` once: a lease released in
-        that gap still wakes us. Connection trouble ends the wait with False;
-        the caller's next acquire reports it (or polling takes over)."""
+        once subscribed we ask ``is_free()`` once: a lease released in that gap
+        still wakes us. Whichever thread holds the connection subscribes every
+        pending channel before it reads, so no waiter starves behind a reader.
+        Connection trouble ends the wait with False; the caller's next acquire
+        reports it (or polling takes over)."""
         deadline = time.monotonic() + timeout
         with self._cond:
             self._forget_after_fork()
             seen = self._seen.get(channel, 0)
+            need_check = channel not in self._channels
         while True:
             with self._cond:
                 while True:
                     if self._seen.get(channel, 0) != seen:
                         return True
+                    if need_check and channel in self._channels:
+                        break
+                    if channel not in self._channels:
+                        self._pending.add(channel)  # (again, after a reset)
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return False
                     if not self._busy:
                         break
                     self._cond.wait(remaining)
-                self._busy = True
-                subscribe = channel not in self._channels
+                check = need_check and channel in self._channels
+                if not check:
+                    self._busy = True
+                    subscribe, self._pending = sorted(self._pending - self._channels), set()
+            if check:
+                need_check = False
+                if is_free():
+                    return True
+                continue
             try:
                 if subscribe:
-                    self._connection().subscribe(channel)
-                else:
-                    self._read(min(remaining, READ_SLICE))
+                    self._connection().subscribe(*subscribe)
+                self._read(min(remaining, READ_SLICE))
             except Exception as exc:  # redis errors: drop the connection, let polling cover
                 log.debug("release listener on %s failed: %s", channel, exc)
                 self._reset()
                 return False
             finally:
                 with self._cond:
-                    if subscribe and self._pubsub is not None:
-                        self._channels.add(channel)
+                    if self._pubsub is not None:
+                        self._channels.update(subscribe)
                     self._busy = False
                     self._cond.notify_all()
-            if subscribe and is_free():
-                return True
 
     def _connection(self) -> Any:
         if self._pubsub is None:
@@ -100,6 +112,7 @@ class ReleaseListener:
             self._pid = os.getpid()
             self._pubsub = None
             self._channels.clear()
+            self._pending.clear()
             self._busy = False
 
     def _reset(self) -> None:

@@ -27,6 +27,9 @@ local function now_ms()
 end
 -- The record as {holder|false, token, acquired, renewed, expires, now, meta}.
 -- A holder whose lease key is gone (PX expiry, eviction, DEL) reads as expired.
+-- Redis keeps a key through the millisecond it expires in (PTTL 0): a key that
+-- still exists reads as held (expiry at least now + 1 ms), so "expired" here
+-- always means the next GET finds nothing and a renew is refused.
 local function record(now)
   local f = redis.call('HMGET', KEYS[2], 'holder', 'token', 'acquired_at',
                        'renewed_at', 'expires_at', 'meta')
@@ -34,7 +37,7 @@ local function record(now)
   local expires = tonumber(f[5])
   if f[1] then
     local pttl = redis.call('PTTL', KEYS[1])
-    if pttl > 0 then expires = now + pttl elseif expires > now then expires = now end
+    if pttl >= 0 then expires = now + math.max(pttl, 1) elseif expires > now then expires = now end
   end
   return {f[1], tonumber(f[2]), tonumber(f[3]), tonumber(f[4]), expires, now, f[6]}
 end
