@@ -1,0 +1,65 @@
+"""Orchestrator overhead: runs ``benchmarks/airflow_overhead.py`` and
+``benchmarks/prefect_overhead.py`` (each in its own environment, since
+Airflow and Prefect cannot share one) and collects what they report.
+
+Contract with those scripts: called as ``python SCRIPT [--quick] --json PATH``
+from the repository root; they write one JSON object to PATH (or, failing
+that, print it as the last line of stdout) holding at least ``ratio``
+(leased wall time / plain wall time, median of runs); ``plain_s``,
+``leased_s`` and ``added_ms`` are shown when present.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = {"Airflow task": ("airflow_overhead.py", ".venv-airflow"),
+           "Prefect flow": ("prefect_overhead.py", ".venv-prefect")}
+TIMEOUT = 600
+
+
+def _parse(path: Path, stdout: str) -> dict[str, Any] | None:
+    if path.exists() and path.stat().st_size:
+        try:
+            data = json.loads(path.read_text())
+            return data if isinstance(data, dict) else {"result": data}
+        except ValueError:
+            pass
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        return data if isinstance(data, dict) else {"result": data}
+    return None
+
+
+def run_one(name: str, quick: bool, log: Any) -> dict[str, Any]:
+    script, venv = SCRIPTS[name]
+    path, python = ROOT / "benchmarks" / script, ROOT / venv / "bin" / "python"
+    if not path.exists():
+        return {"name": name, "skipped": f"benchmarks/{script} not present"}
+    if not python.exists():
+        return {"name": name, "skipped": f"{venv} not built (./run setup)"}
+    log(f"orchestrators: {script} in {venv}")
+    with tempfile.TemporaryDirectory(prefix="lease-bench-orch-") as tmp:
+        out = Path(tmp) / "result.json"
+        cmd = [str(python), str(path), *(["--quick"] if quick else []), "--json", str(out)]
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            return {"name": name, "error": f"timed out after {TIMEOUT} s"}
+        data = _parse(out, proc.stdout)
+    if proc.returncode != 0 or data is None:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        return {"name": name, "error": f"exit {proc.returncode}: " + " | ".join(tail)}
+    return {"name": name, **data}
+
+
+def run(quick: bool, log: Any) -> list[dict[str, Any]]:
+    return [run_one(name, quick, log) for name in SCRIPTS]

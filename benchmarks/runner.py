@@ -1,0 +1,183 @@
+"""``./run bench``: starts its own servers, runs every section, prints the
+tables and the targets of issue 9, and writes everything as JSON to
+``benchmarks/results/`` (with the machine and versions it ran on)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+from contextlib import ExitStack
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from . import handover, local_servers, machine, many_keys, orchestrators, redis_cycle, store_cycle
+from .harness import Result
+from .tables import table
+from .targets import evaluate, render_targets
+
+SECTIONS = ("redis", "handover", "many", "stores", "orchestrators")
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="./run bench", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="smoke run (about a minute)")
+    p.add_argument("--only", nargs="+", choices=SECTIONS, help="run only these sections")
+    p.add_argument("--stores", nargs="+", choices=("sqlite", "postgres", "mongo"),
+                   help="stores for the 'stores' and 'handover' sections (default: all)")
+    p.add_argument("--runs", type=int, help="runs per figure (median); default 5, quick 3")
+    p.add_argument("--json", type=Path, help="write results here (default benchmarks/results/)")
+    args = p.parse_args(argv)
+    if args.runs is not None and args.runs < 1:
+        p.error(f"--runs must be at least 1, got {args.runs}")
+    return args
+
+
+def _cycle_rows(results: list[Result], base: Result | None, floor: Result | None) -> list[list[Any]]:
+    rows = []
+    for r in results:
+        ratio = r.cycles_per_s / base.cycles_per_s if base and not r.floor else None
+        vs_floor = r.acquire_us / floor.acquire_us if floor and not r.floor else None
+        rows.append([r.name, r.cycles_per_s, ratio, r.cpu_us, r.acquire_us, vs_floor,
+                     r.sends_per_cycle, r.sends_acquire])
+    return rows
+
+
+def redis_table(results: list[Result]) -> str:
+    base = next(r for r in results if r.name == redis_cycle.BASELINE)
+    floor = next(r for r in results if r.floor)
+    rows = _cycle_rows(results, base, floor)
+    for row in rows:
+        row[2] = None if row[2] is None else f"{row[2]:.2f}x"
+        row[5] = None if row[5] is None else f"{row[5]:.2f}x"
+    return table("Uncontended cycle on Redis (acquire + release, one client, one key)",
+                 ["contender", "cycles/s", "vs redis-py", "cpu us/cycle", "acquire us",
+                  "acq/PING", "sends/cycle", "sends/acq"], rows)
+
+
+def store_table(kind: str, results: list[Result]) -> str:
+    rt_floor, write_floor = results[0], results[1]
+    rows = []
+    for r in results:
+        rows.append([r.name, r.cycles_per_s, r.cpu_us, r.acquire_us, None if r.floor else r.release_us,
+                     None if r.floor else f"{r.acquire_us / rt_floor.acquire_us:.2f}x",
+                     None if r.floor else f"{r.acquire_us / write_floor.acquire_us:.2f}x"])
+    return table(f"Uncontended cycle on {kind}", ["contender", "cycles/s", "cpu us/cycle",
+                 "acquire us", "release us", "acq/floor", "acq/write floor"], rows)
+
+
+def handover_table(results: list[dict[str, Any]], processes: int, hold_ms: float) -> str:
+    rows = [[r["name"], r.get("throughput_per_s"), r.get("p50_ms"), r.get("p99_ms"),
+             r.get("handovers"), r.get("overlaps"), r.get("error") or r.get("note")] for r in results]
+    return table(f"Contended handover: {processes} processes, one key, hold {hold_ms:g} ms "
+                 "(release start -> next holder's acquire returns)",
+                 ["contender", "holds/s", "p50 ms", "p99 ms", "handovers", "overlaps", "note"], rows)
+
+
+def many_table(results: list[dict[str, Any]]) -> str:
+    rows = [[r["name"], r.get("leases"), r.get("cpu_pct"), r.get("renewals_per_s"),
+             r.get("sends_per_s"), r.get("cpu_us_per_renewal"), r.get("error") or r.get("note")]
+            for r in results]
+    return table("Many keys: leases held by one process, heartbeat cost over fixed wall windows",
+                 ["contender", "leases", "cpu %", "renewals/s", "sends/s", "cpu us/renewal", "note"],
+                 rows)
+
+
+def orch_table(results: list[dict[str, Any]]) -> str:
+    rows = []
+    for r in results:
+        rows.append([r["name"], r.get("plain_s"), r.get("leased_s"), r.get("added_ms"),
+                     None if r.get("ratio") is None else f"{r['ratio']:.3f}x",
+                     r.get("skipped") or r.get("error") or r.get("note")])
+    return table("Orchestrator overhead (leased vs plain, median of runs)",
+                 ["run", "plain s", "leased s", "added ms", "ratio", "note"], rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    quick = args.quick
+    runs = args.runs or (3 if quick else 5)
+    seconds = 0.15 if quick else 0.4
+    sections = args.only or list(SECTIONS)
+    stores = args.stores or ["sqlite", "postgres", "mongo"]
+    if "mongo" in stores and importlib.util.find_spec("lease_integrations.stores.mongo") is None:
+        log("no MongoDB store in this checkout yet (lease_integrations/stores/mongo.py): skipped")
+        stores.remove("mongo")
+    ho = {"processes": 8, "rounds": 1 if quick else 3, "seconds": 1.0 if quick else 2.0,
+          "hold": 0.005}
+    out: dict[str, Any] = {"machine": machine.info(), "started": datetime.now(timezone.utc).isoformat(),
+                           "config": {"quick": quick, "runs": runs, "trial_seconds": seconds,
+                                      "sections": sections, "stores": stores, "handover": ho},
+                           "results": {}, "errors": {}}
+    printed: list[str] = []
+
+    def show(text: str) -> None:
+        printed.append(text)
+        print(text, flush=True)
+
+    t0 = time.monotonic()
+    with ExitStack() as stack:
+        kinds = []
+        if {"redis", "handover", "many"} & set(sections):
+            kinds.append("redis")
+        if {"stores", "handover"} & set(sections):
+            kinds += [k for k in ("postgres", "mongo") if k in stores]
+        urls, errors = local_servers.start(stack, kinds, log)
+        out["errors"].update({f"server {k}": v for k, v in errors.items()})
+        if "sqlite" in stores:
+            urls["sqlite"] = local_servers.sqlite_url(stack)
+        out["servers"] = machine.server_versions(urls)
+        res = out["results"]
+
+        if "redis" in sections and "redis" in urls:
+            results = redis_cycle.run(urls["redis"], runs, seconds, log)
+            res["redis_cycle"] = [r.as_json() for r in results]
+            show(redis_table(results))
+        if "stores" in sections:
+            res["store_cycle"] = {}
+            for kind in stores:
+                if kind not in urls:
+                    continue
+                results = store_cycle.run(kind, urls[kind], runs, seconds, log)
+                res["store_cycle"][kind] = [r.as_json() for r in results]
+                show(store_table({"sqlite": "SQLite", "postgres": "PostgreSQL",
+                                  "mongo": "MongoDB-wire (mongoeco)"}[kind], results))
+        if "handover" in sections:
+            ho_urls = {k: v for k, v in urls.items() if k == "redis" or k in stores}
+            if quick:  # the smoke run keeps the two figures the targets name
+                ho_urls = {k: v for k, v in ho_urls.items() if k in ("redis", "postgres")}
+            results_h = handover.run(ho_urls, ho["processes"], ho["rounds"], ho["seconds"],
+                                     ho["hold"], log)
+            res["handover"] = results_h
+            show(handover_table(results_h, ho["processes"], ho["hold"] * 1e3))
+        if "many" in sections and "redis" in urls:
+            results_m = many_keys.run(urls["redis"], 1000, 1 if quick else 3, log, with_prl=not quick)
+            res["many_keys"] = results_m
+            show(many_table(results_m))
+    if "orchestrators" in sections:
+        results_o = orchestrators.run(quick, log)
+        res["orchestrators"] = results_o
+        show(orch_table(results_o))
+
+    out["targets"] = evaluate(res)
+    show(render_targets(out["targets"]))
+    out["machine"]["loadavg_end"] = list(os.getloadavg())
+    out["elapsed_s"] = round(time.monotonic() - t0, 1)
+    path = args.json or RESULTS / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2, default=str))
+    m = out["machine"]
+    print(f"{m['cpu']}, {m['cores']} cores, Python {m['python']}; servers: "
+          + ", ".join(f"{k} {v}" for k, v in out["servers"].items())
+          + f"; load average {m['loadavg_start'][0]:.1f} -> {m['loadavg_end'][0]:.1f}")
+    print(f"results: {path} ({out['elapsed_s']:g} s)")
+    return 0
