@@ -37,7 +37,7 @@ def test_many_processes_never_overlap_and_stale_writes_are_refused(
     procs = [
         subprocess.Popen([sys.executable, str(WORKER), "--url", shared_store_url, "--key", key,
                           "--ledger", str(ledger_path), "--out", str(out), "--go", str(go),
-                          "--grants", str(GRANTS_EACH)])
+                          "--grants", str(GRANTS_EACH), "--seconds", "200"])
         for out in outs
     ]
     go.touch()
