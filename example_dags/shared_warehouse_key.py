@@ -1,0 +1,36 @@
+"""Two DAGs that must never write the warehouse at the same time.
+
+Pools and ``max_active_tis_per_dag`` stop at one task id and one metadata
+DB; a lease key is just a name, so any tasks that use the same key (in any
+DAG, even in another Airflow install sharing the store) exclude each other.
+The hourly load skips an hour while the weekly rebuild holds the key; the
+rebuild waits for a running load to finish.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow.sdk import DAG, task
+
+WAREHOUSE_KEY = "warehouse/main"
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+with DAG("warehouse_hourly_load", schedule="@hourly", start_date=START, catchup=False,
+         tags=["lease_integrations", "example"]):
+
+    @task.leased(lease_key=WAREHOUSE_KEY, lease_ttl=60, on_busy="skip")
+    def load_increment(**context: Any) -> None:
+        print(f"loading {context['ds']} with fencing token {context['lease'].token}")
+
+    load_increment()
+
+with DAG("warehouse_weekly_rebuild", schedule="@weekly", start_date=START, catchup=False,
+         tags=["lease_integrations", "example"]):
+
+    @task.leased(lease_key=WAREHOUSE_KEY, lease_ttl=300, on_busy="wait", wait_timeout=3600)
+    def rebuild(**context: Any) -> None:
+        print(f"rebuilding with fencing token {context['lease'].token}")
+
+    rebuild()

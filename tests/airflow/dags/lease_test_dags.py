@@ -1,0 +1,145 @@
+"""DAGs the Airflow tests run (through ``dag.test()`` and the real scheduler).
+
+Callables record what they did as JSON lines in ``$LEASE_TEST_RECORD_DIR``
+and wait on gate files the test creates, so a test controls exactly when a
+holder lets go, without sleeping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG, task
+
+from lease_integrations.airflow import LeasedPythonOperator
+
+RECORD_DIR = os.environ.get("LEASE_TEST_RECORD_DIR", "/nonexistent")
+GATE_TIMEOUT = 120.0
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+SHARED_KEY = "airflow/lt_hold/job"
+
+
+def record(event: str, context: dict[str, Any], **extra: Any) -> None:
+    ti = context["ti"]
+    lease = context.get("lease")
+    line = {
+        "event": event, "dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id,
+        "try_number": ti.try_number, "pid": os.getpid(), "t": time.monotonic(),
+        "token": getattr(lease, "token", None), "key": getattr(lease, "key", None),
+        "holder": getattr(lease, "holder", None), "meta": getattr(lease, "meta", None), **extra,
+    }
+    with open(Path(RECORD_DIR) / "events.jsonl", "a") as f:
+        f.write(json.dumps(line, default=str) + "\n")
+
+
+def wait_for_gate(name: str) -> None:
+    gate = Path(RECORD_DIR) / name
+    deadline = time.monotonic() + GATE_TIMEOUT
+    while not gate.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gate {gate} never opened")
+        time.sleep(0.05)
+
+
+def work(gate: str | None = None, hold: float = 0.0, **context: Any) -> int:
+    record("start", context)
+    if gate:
+        wait_for_gate(gate)
+    if hold:
+        time.sleep(hold)  # the work itself (e2e test): not a synchronisation
+    record("end", context)
+    return int(context["lease"].token)
+
+
+def sleep_until_lost(**context: Any) -> None:
+    record("start", context)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.1)  # interrupted by LeaseLost when the lease is broken
+    record("survived", context)
+
+
+def check_until_lost(**context: Any) -> None:
+    record("start", context)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        context["lease"].check()
+        time.sleep(0.05)
+    record("survived", context)
+
+
+def fail(**context: Any) -> None:
+    record("start", context)
+    raise ValueError("the callable failed on purpose")
+
+
+def leased(dag: DAG, task_id: str = "job", **kwargs: Any) -> LeasedPythonOperator:
+    kwargs.setdefault("python_callable", work)
+    return LeasedPythonOperator(task_id=task_id, dag=dag, **kwargs)
+
+
+def make_dag(dag_id: str, **kwargs: Any) -> DAG:
+    kwargs.setdefault("schedule", None)
+    return DAG(dag_id, start_date=START, catchup=False, **kwargs)
+
+
+# -- basic behaviour: context, XCom, meta, the decorator --------------------------
+with make_dag("lt_basic") as lt_basic:
+    first = leased(lt_basic, "first", lease_ttl=5)
+
+    @task.leased(lease_key="basic-{{ dag.dag_id }}-templated", lease_ttl=5)
+    def second(lease: Any = None, ti: Any = None, **context: Any) -> int:
+        record("start", {**context, "ti": ti, "lease": lease},
+               upstream_token=ti.xcom_pull(task_ids="first", key="lease_token"))
+        return int(lease.token)
+
+    first >> second()
+
+lt_fail = make_dag("lt_fail")
+leased(lt_fail, python_callable=fail, lease_ttl=5)
+
+# -- connections: one task per store type, and a connection id that does not exist ----
+lt_conn = make_dag("lt_conn")
+for conn_id in ("lease_default", "lease_sqlite", "lease_redis", "lease_pg"):
+    leased(lt_conn, conn_id, lease_conn_id=conn_id, lease_ttl=5)
+
+lt_conn_missing = make_dag("lt_conn_missing")
+leased(lt_conn_missing, lease_conn_id="lease_nope", lease_ttl=5)
+
+# -- overlap: one key, every policy --------------------------------------------------
+lt_hold = make_dag("lt_hold")
+leased(lt_hold, op_kwargs={"gate": "go1"}, on_busy="skip", lease_ttl=5)
+
+lt_busy_fail = make_dag("lt_busy_fail")
+leased(lt_busy_fail, lease_key=SHARED_KEY, on_busy="fail", lease_ttl=5)
+
+lt_wait = make_dag("lt_wait")
+leased(lt_wait, lease_key=SHARED_KEY, on_busy="wait", wait_timeout=120, lease_ttl=5,
+       op_kwargs={"gate": "go2"})
+
+lt_defer = make_dag("lt_defer")
+leased(lt_defer, lease_key=SHARED_KEY, on_busy="wait", wait_timeout=120, deferrable=True,
+       poll_interval=0.5, lease_ttl=5)
+
+# -- loss, SIGTERM and crash -------------------------------------------------------
+lt_loss = make_dag("lt_loss")
+leased(lt_loss, python_callable=sleep_until_lost, lease_ttl=3)
+
+lt_loss_check = make_dag("lt_loss_check")
+leased(lt_loss_check, python_callable=check_until_lost, lease_ttl=3, on_lost="check")
+
+lt_sigterm = make_dag("lt_sigterm")
+leased(lt_sigterm, op_kwargs={"gate": "never"}, lease_ttl=60)
+
+lt_crash = make_dag("lt_crash")
+leased(lt_crash, op_kwargs={"gate": "crash-go"}, lease_ttl=3)
+
+# -- the real scheduler: a backfill and manual runs of one DAG -----------------------
+with DAG("lt_e2e", start_date=START, schedule=timedelta(days=1), catchup=False,
+         max_active_runs=5) as lt_e2e:
+    leased(lt_e2e, on_busy="wait", wait_timeout=300, lease_ttl=10, op_kwargs={"hold": 1.0})

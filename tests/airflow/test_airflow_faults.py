@@ -1,0 +1,77 @@
+"""Faults through ``dag.test()``: the lease broken from outside while the
+callable runs, SIGTERM (release at once, before the supervisor's SIGKILL) and
+SIGKILL (the TTL frees the lease; the next run takes it, nobody clears it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from harness import events, open_gate, result_for, wait_until
+
+from lease_integrations import connect
+
+
+def started(record_dir: Path, dag_id: str) -> list[dict[str, Any]]:
+    return [e for e in events(record_dir) if e["event"] == "start" and e["dag_id"] == dag_id]
+
+
+def test_lease_broken_from_outside_interrupts_the_callable_and_fails_the_try(
+        run_dags: Any, record_dir: Path) -> None:
+    store = connect(os.environ["LEASE_STORE_URL"])
+    proc = run_dags("lt_loss", "lt_loss_check", name="loss")
+    for dag_id in ("lt_loss", "lt_loss_check"):
+        wait_until(lambda dag_id=dag_id: started(record_dir, dag_id), f"{dag_id} to start")
+        before = store.force_release(f"airflow/{dag_id}/job", by="test operator")
+        assert before is not None and before.held
+
+    results = proc.wait()
+    assert result_for(results, "lt_loss")["tasks"]["job"] == "failed"  # interrupt policy
+    assert result_for(results, "lt_loss_check")["tasks"]["job"] == "failed"  # check policy
+    assert not [e for e in events(record_dir) if e["event"] == "survived"]
+    out = proc.output()
+    assert "LeaseLost" in out and "lease 'airflow/lt_loss/job' (token 1) was lost" in out
+    assert "lease 'airflow/lt_loss_check/job' (token 1) was lost" in out
+    store.close()
+
+
+def test_sigterm_releases_the_lease_at_once_and_fails_the_try(run_dags: Any,
+                                                              record_dir: Path) -> None:
+    store = connect(os.environ["LEASE_STORE_URL"])
+    proc = run_dags("lt_sigterm", name="sigterm")
+    wait_until(lambda: started(record_dir, "lt_sigterm"), "the callable to start")
+    assert store.get("airflow/lt_sigterm/job").held  # type: ignore[union-attr]
+
+    proc.kill(signal.SIGTERM)
+    # The ttl is 60 s: released well inside it means the handler released it.
+    wait_until(lambda: not store.get("airflow/lt_sigterm/job").held,  # type: ignore[union-attr]
+               "the lease to be released after SIGTERM", timeout=30)
+    results = proc.wait()
+    assert result_for(results, "lt_sigterm")["tasks"]["job"] == "failed"
+    assert not [e for e in events(record_dir) if e["event"] == "end"]
+    assert "SIGTERM: releasing lease airflow/lt_sigterm/job (token 1)" in proc.output()
+    store.close()
+
+
+def test_sigkilled_holder_is_replaced_after_the_ttl_without_clearing(run_dags: Any,
+                                                                      record_dir: Path) -> None:
+    store = connect(os.environ["LEASE_STORE_URL"])
+    key = "airflow/lt_crash/job"
+    crashed = run_dags("lt_crash", name="crashed")
+    wait_until(lambda: started(record_dir, "lt_crash"), "the callable to start")
+    crashed.kill(signal.SIGKILL)
+    crashed.wait()
+    dead = store.get(key)
+    assert dead is not None and dead.holder is not None and dead.token == 1  # nobody released it
+
+    # Nobody clears anything: the store's clock expires the lease after its ttl.
+    wait_until(lambda: not store.get(key).held, "the dead holder's ttl to pass")  # type: ignore[union-attr]
+    open_gate(record_dir, "crash-go")
+    results = run_dags("lt_crash", name="next").wait()
+    assert result_for(results, "lt_crash")["tasks"]["job"] == "success"
+    runs = started(record_dir, "lt_crash")
+    assert [e["token"] for e in runs] == [1, 2]
+    assert runs[0]["run_id"] != runs[1]["run_id"]
+    store.close()
