@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -32,21 +33,37 @@ def free_port() -> int:
         return port
 
 
-def _answers_ping(port: int) -> bool:
+def _answers_ping(port: int, ca_file: Path | None = None) -> bool:
     """One raw PING, so the fixture does not depend on the code under test."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as raw:
+            sock = raw
+            if ca_file is not None:
+                sock = ssl.create_default_context(cafile=str(ca_file)).wrap_socket(
+                    raw, server_hostname="127.0.0.1")
             sock.sendall(b"PING\r\n")
             return sock.recv(64).startswith(b"+PONG")
     except OSError:
         return False
 
 
+def make_self_signed_cert(directory: Path) -> tuple[Path, Path]:
+    """A throwaway certificate for 127.0.0.1 (it is its own CA)."""
+    cert, key = directory / "tls-cert.pem", directory / "tls-key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )
+    return cert, key
+
+
 class RedisServer:
     """One redis-server process; `stop`/`start` keep the same port and data dir,
     `pause`/`resume` freeze it with SIGSTOP/SIGCONT (a hung server, TCP kept)."""
 
-    def __init__(self, directory: Path, *, persistent: bool = False) -> None:
+    def __init__(self, directory: Path, *, persistent: bool = False, tls: bool = False) -> None:
         self.binary = os.environ.get(SERVER_ENV) or DEFAULT_BINARY
         if not Path(self.binary).is_file():
             raise FileNotFoundError(f"redis-server not found at {self.binary} (set ${SERVER_ENV})")
@@ -55,9 +72,16 @@ class RedisServer:
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.paused = False
+        self.tls_cert: Path | None = None
+        self.tls_key: Path | None = None
+        if tls:
+            self.tls_cert, self.tls_key = make_self_signed_cert(directory)
 
     @property
     def url(self) -> str:
+        """redis:// URL, or for a TLS server a rediss:// URL trusting its certificate."""
+        if self.tls_cert is not None:
+            return f"rediss://127.0.0.1:{self.port}/0?ssl_ca_certs={self.tls_cert}"
         return f"redis://127.0.0.1:{self.port}/0"
 
     @property
@@ -69,13 +93,18 @@ class RedisServer:
         # appendfsync always: a restart must not lose an acknowledged write.
         persistence = (["--appendonly", "yes", "--appendfsync", "always"] if self.persistent
                        else ["--appendonly", "no"])
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+        listen = ["--port", str(self.port)]
+        if self.tls_cert is not None:
+            listen = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file",
+                      str(self.tls_cert), "--tls-key-file", str(self.tls_key),
+                      "--tls-ca-cert-file", str(self.tls_cert), "--tls-auth-clients", "no"]
+        args = [self.binary, *listen, "--bind", "127.0.0.1",
                 "--dir", str(self.directory), "--save", "", *persistence,
                 "--daemonize", "no", "--logfile", str(self.directory / "redis.log")]
         self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + START_TIMEOUT
-        while not _answers_ping(self.port):
+        while not _answers_ping(self.port, self.tls_cert):
             if self.process.poll() is not None:
                 err = self.process.stderr.read().decode() if self.process.stderr else ""
                 raise RuntimeError(f"redis-server exited with {self.process.returncode}: {err}"
@@ -148,10 +177,10 @@ def redis_server_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]
     """Private servers for tests that stop, pause or restart them."""
     started: list[RedisServer] = []
 
-    def make(*, persistent: bool = False) -> RedisServer:
+    def make(*, persistent: bool = False, tls: bool = False) -> RedisServer:
         directory = tmp_path / f"redis-{len(started)}"
         directory.mkdir()
-        server = RedisServer(directory, persistent=persistent)
+        server = RedisServer(directory, persistent=persistent, tls=tls)
         started.append(server)
         server.start()
         return server
