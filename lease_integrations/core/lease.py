@@ -115,6 +115,7 @@ class Lease:
             if self.lost.is_set() or self.released:
                 return False
             self.lost_reason = reason
+            metrics.lost(self.key)  # before the flag: whoever sees it lost sees it counted
             self.lost.set()
             callbacks, self._callbacks = self._callbacks, []
         log.warning(
@@ -122,7 +123,6 @@ class Lease:
             extra={"lease_event": "lost", "lease_key": self.key, "lease_token": self.token,
                    "lease_holder": self.holder},
         )
-        metrics.lost(self.key)
         for callback in callbacks:
             _run_callback(callback, self)
         return True
