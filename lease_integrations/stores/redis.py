@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlencode
 
 import redis
 from redis.backoff import NoBackoff
@@ -81,7 +81,12 @@ class RedisStore(LeaseStore):
         self.url = mask_url(url)
         self.prefix = prefix
         self._client = client
-        self._db = int(client.connection_pool.connection_kwargs.get("db", 0) or 0)
+        if not getattr(client.get_encoder(), "decode_responses", False):
+            raise ConfigurationError(
+                "the Redis client for the lease store must be built with decode_responses=True"
+            )
+        pool = getattr(client, "connection_pool", None)  # RedisCluster has none (and db 0)
+        self._db = int(getattr(pool, "connection_kwargs", {}).get("db", 0) or 0)
         scripts = redis_scripts
         self._acquire = client.register_script(scripts.ACQUIRE)
         self._renew = client.register_script(scripts.RENEW)
@@ -100,14 +105,15 @@ class RedisStore(LeaseStore):
         if scheme not in ("redis", "rediss"):
             raise ConfigurationError(f"not a Redis URL: {mask_url(url)!r}")
         allowed = {**_OPTIONS, **(_TLS_OPTIONS if tls else {})}
-        opts = query_options(parts, allowed, url)
-        for name, value in options.items():
-            if name not in allowed:
-                known = ", ".join(sorted(allowed))
-                raise ConfigurationError(
-                    f"unknown Redis store option {name!r} for {mask_url(url)!r} (known: {known})"
-                )
-            opts[name] = value
+        # Keyword options pass the same checks as the URL's (and win over them).
+        extra = urlencode({name: str(value) for name, value in options.items()})
+        opts = query_options(parts._replace(query="&".join(q for q in (parts.query, extra) if q)),
+                             allowed, url)
+        if opts.get("ssl_cert_reqs", "required") not in ("none", "optional", "required"):
+            raise ConfigurationError(
+                f"ssl_cert_reqs={opts['ssl_cert_reqs']!r} in {mask_url(url)!r} must be "
+                "none, optional or required"
+            )
         db_text = parts.path.strip("/") or "0"
         if not db_text.isdigit() or int(db_text) > 1_000_000:
             raise ConfigurationError(
@@ -147,11 +153,16 @@ class RedisStore(LeaseStore):
             raise ConfigurationError(
                 f"Redis refused the credentials in {self.url!r}: {exc}"
             ) from None
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            self._client.close()
+            raise StoreUnavailable(f"cannot reach Redis: {exc}", url=self.url) from None
         except redis.RedisError as exc:
             self._client.close()
             if "DB index" in str(exc):
                 raise ConfigurationError(f"bad database number in {self.url!r}: {exc}") from None
-            raise StoreUnavailable(f"cannot reach Redis: {exc}", url=self.url) from None
+            raise StoreUnavailable(
+                f"Redis refused the lease store's setup (PING, SCRIPT LOAD): "
+                f"{type(exc).__name__}: {exc}", url=self.url) from None
 
     @contextmanager
     def _errors(self) -> Iterator[None]:

@@ -131,3 +131,40 @@ def test_rediss_url_asks_for_tls(redis_url: str) -> None:
     tls = _base(redis_url).replace("redis://", "rediss://") + "/0?socket_timeout=1&connect_timeout=1"
     with pytest.raises(StoreUnavailable):
         connect(tls + "&ssl_cert_reqs=none")
+
+
+@pytest.mark.parametrize("options", [{"socket_timeout": -1}, {"connect_timeout": "soon"},
+                                     {"prefix": "a b"}])
+def test_keyword_options_get_the_same_checks_as_url_options(
+    redis_url: str, options: dict[str, object]
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        connect(redis_url, **options)
+    assert str(next(iter(options.values()))) in str(caught.value)
+
+
+def test_tls_options_are_checked(redis_url: str) -> None:
+    tls = _base(redis_url).replace("redis://", "rediss://") + "/0"
+    with pytest.raises(ConfigurationError, match="ssl_cert_reqs='sometimes'"):
+        connect(tls, ssl_cert_reqs="sometimes")
+
+
+def test_a_client_without_decoded_responses_is_refused(redis_url: str) -> None:
+    with pytest.raises(ConfigurationError, match="decode_responses"):
+        RedisStore(redis.Redis.from_url(redis_url), url=redis_url)
+
+
+def test_a_user_without_script_rights_gets_a_clear_error(
+    redis_url: str, raw: redis.Redis
+) -> None:
+    user, secret = f"ro{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    raw.acl_setuser(user, enabled=True, passwords=[f"+{secret}"], keys=["*"],
+                    commands=["+@read", "+ping"])
+    try:
+        host = _base(redis_url).removeprefix("redis://")
+        with pytest.raises(StoreUnavailable) as caught:
+            connect(f"redis://{user}:{secret}@{host}/0")
+        assert "refused" in str(caught.value) and "***" in str(caught.value)
+        assert secret not in str(caught.value)
+    finally:
+        raw.acl_deluser(user)
