@@ -250,7 +250,7 @@ class PostgresStore(LeaseStore):
 
     def _unavailable(self, what: str, exc: BaseException) -> StoreUnavailable:
         detail = " ".join(str(exc).split())
-        if self._secret:
+        if len(self._secret) >= 4:  # libpq does not print it; belt and braces
             detail = detail.replace(self._secret, "***")
         if "password authentication failed" in detail:
             detail += "; check the user and password in the store URL"

@@ -132,3 +132,20 @@ def mongo_server() -> Iterator[MongoWireServer]:
 @pytest.fixture(scope="session")
 def mongo_url(mongo_server: MongoWireServer) -> str:
     return mongo_server.url
+
+
+@pytest.fixture(scope="module")
+def private_mongo() -> Iterator[MongoWireServer]:
+    """A MongoDB-wire server of the module's own, for tests that stop, pause or
+    restart it (each leaves it running; its SQLite file keeps the data)."""
+    python = mongo_python()
+    if python is None:
+        _unavailable("no MongoDB-wire server: build .venv-mongo (./run setup) "
+                     "or set LEASE_TEST_MONGO_PYTHON")
+    assert python is not None
+    server = MongoWireServer(python)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()

@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -118,15 +119,32 @@ class PgServer:
             self.proc.wait(timeout=10)
         self.proc = None
 
+    def processes(self) -> list[int]:
+        """The postmaster and its children (backends call setsid(), so they
+        are not in the postmaster's process group)."""
+        if self.proc is None:
+            return []
+        pids = [self.proc.pid]
+        for stat in glob.glob("/proc/[0-9]*/stat"):
+            try:
+                fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == self.proc.pid:
+                pids.append(int(Path(stat).parent.name))
+        return pids
+
     def pause(self) -> None:
         """SIGSTOP the postmaster and every backend: the server hangs, as a
         frozen VM would, with its connections still open."""
-        if self.proc is not None:
-            os.killpg(self.proc.pid, signal.SIGSTOP)
+        for pid in self.processes():
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
 
     def resume(self) -> None:
-        if self.proc is not None:
-            os.killpg(self.proc.pid, signal.SIGCONT)
+        for pid in self.processes():
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
     def cleanup(self) -> None:
         self.stop()
@@ -158,3 +176,21 @@ def postgres_server() -> Iterator[PgServer]:
 @pytest.fixture(scope="session")
 def postgres_url(postgres_server: PgServer) -> str:
     return postgres_server.url
+
+
+@pytest.fixture(scope="module")
+def private_postgres() -> Iterator[PgServer]:
+    """A cluster of the module's own, for tests that stop, pause or restart it
+    (each test leaves it running)."""
+    bindir = pg_bin()
+    if bindir is None or not (bindir / "initdb").exists():
+        _unavailable("no PostgreSQL binaries (set LEASE_TEST_PG_BIN)")
+    assert bindir is not None
+    server = PgServer(bindir)
+    try:
+        server.init()
+        server.start()
+        server.create_user_and_db()
+        yield server
+    finally:
+        server.cleanup()
