@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from servers.postgres_server import DATABASE, PASSWORD, USER, PgServer, free_port
 
 from lease_integrations import ConfigurationError, LeaseStore, StoreUnavailable, connect
 from lease_integrations.stores.postgres import PostgresStore
-from servers.postgres_server import DATABASE, PASSWORD, USER, PgServer, free_port
 
 
 @pytest.fixture
