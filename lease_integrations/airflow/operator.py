@@ -93,8 +93,9 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
     # -- Airflow entry points ---------------------------------------------------
     def execute(self, context: Any) -> Any:
         options = self.lease_options
-        key = self.lease_key or default_key(self.dag_id, self.task_id,
-                                            getattr(context["ti"], "map_index", -1))
+        key = self.lease_key
+        if key is None:
+            key = default_key(self.dag_id, self.task_id, getattr(context["ti"], "map_index", -1))
         store = connect(resolve_store_url(options.lease_conn_id))
         try:
             lock = options.lock_for(key, store, _holder_meta(context))

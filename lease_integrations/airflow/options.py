@@ -59,8 +59,9 @@ class LeaseOptions:
         if key is not None and not isinstance(key, str):
             raise ConfigurationError(f"lease_key must be a string, got {key!r}")
         if key is not None and ("{{" in key or "{%" in key):
-            key = None
-        self.lock_for(key or "airflow/validation", connect("memory://lease-options-validation"))
+            key = "airflow/template"
+        self.lock_for("airflow/default" if key is None else key,
+                      connect("memory://lease-options-validation"))
 
     def lock_for(self, key: str, store: LeaseStore, meta: dict[str, object] | None = None,
                  ) -> LeaseLock:

@@ -1,0 +1,75 @@
+"""Parse time: bad lease arguments fail the DAG file (an import error in the
+UI) before any run; the decorator is registered through the provider entry
+point; the example DAGs import cleanly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk import DAG, task
+
+from lease_integrations import ConfigurationError
+from lease_integrations.airflow import LeasedPythonOperator
+from lease_integrations.airflow.decorator import leased_task
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "example_dags"
+
+
+def noop() -> None:
+    pass
+
+
+@pytest.mark.parametrize(("kwargs", "named"), [
+    ({"on_busy": "wiat"}, "'wiat'"),
+    ({"on_lost": "ignore"}, "'ignore'"),
+    ({"lease_ttl": 0}, "ttl"),
+    ({"lease_ttl": "60"}, "'60'"),
+    ({"lease_key": "has spaces"}, "'has spaces'"),
+    ({"lease_key": ""}, "empty"),
+    ({"lease_conn_id": ""}, "lease_conn_id"),
+    ({"lease_ttl": 6, "lease_heartbeat": 3}, "heartbeat=3"),
+    ({"on_busy": "skip", "wait_timeout": 10}, "wait_timeout=10"),
+    ({"on_busy": "wait", "wait_timeout": -1}, "-1"),
+    ({"on_busy": "fail", "deferrable": True}, "deferrable"),
+    ({"on_busy": "wait", "deferrable": True, "poll_interval": 0}, "poll_interval"),
+])
+def test_bad_arguments_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], named: str) -> None:
+    with DAG("bad_args", schedule=None), pytest.raises(ConfigurationError) as info:
+        LeasedPythonOperator(task_id="t", python_callable=noop, **kwargs)
+    assert named in str(info.value)
+
+
+def test_templated_key_is_checked_once_rendered_not_at_parse_time() -> None:
+    with DAG("templated", schedule=None):
+        op = LeasedPythonOperator(task_id="t", python_callable=noop,
+                                  lease_key="tenant-{{ params.tenant }}")
+    assert "lease_key" in op.template_fields
+
+
+def test_task_leased_is_registered_through_the_provider_entry_point() -> None:
+    assert task.leased is leased_task
+    with DAG("decorated", schedule=None) as dag:
+        @task.leased(lease_key="k", lease_ttl=5, on_busy="wait", wait_timeout=3)
+        def work() -> None:
+            pass
+
+        work()
+    op = dag.get_task("work")
+    assert isinstance(op, LeasedPythonOperator)
+    assert op.lease_options.on_busy == "wait" and op.lease_key == "k"
+    with DAG("decorated_bad", schedule=None), pytest.raises(ConfigurationError, match="'never'"):
+        task.leased(on_busy="never")(noop)()
+
+
+def test_example_dags_import_cleanly(airflow_home: Path) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    expected = {"nightly_billing.py": {"nightly_billing"},
+                "fenced_ledger.py": {"fenced_ledger"},
+                "shared_warehouse_key.py": {"warehouse_hourly_load", "warehouse_weekly_rebuild"}}
+    for name, dag_ids in expected.items():
+        bag = DagBag(dag_folder=str(EXAMPLES / name))
+        assert bag.import_errors == {}, name
+        assert set(bag.dag_ids) == dag_ids
