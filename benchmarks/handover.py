@@ -72,11 +72,15 @@ def _locker(spec: Spec, key: str) -> tuple[Any, Any, Any]:
     return acquire_prl, lambda lk: lk.release(), client.close
 
 
-def worker(spec: Spec, key: str, rounds: int, seconds: float, hold: float,
+#: A first, unrecorded round opens every worker's connections and listeners.
+WARM_UP = 0.5
+
+
+def worker(spec: Spec, key: str, durations: list[float], hold: float,
            barrier: Any, counter: Any, out: Any) -> None:
     acquire, release, close = _locker(spec, key)
     try:
-        for r in range(rounds):
+        for r, seconds in enumerate(durations):
             barrier.wait()
             end = now() + seconds
             holds: list[tuple[float, float]] = []
@@ -126,22 +130,39 @@ def analyse(per_process: list[tuple[float, list[tuple[float, float]]]], seconds:
                       len(gaps), overlaps)
 
 
+#: Imported once by the fork server, so each worker starts in milliseconds
+#: rather than re-importing everything (seconds per process on a busy host).
+PRELOAD = ["benchmarks.handover", "lease_integrations", "lease_integrations.stores.redis",
+           "lease_integrations.stores.postgres", "lease_integrations.stores.sqlite", "redis",
+           "redis_lock"]
+
+
+def _context() -> Any:
+    # forkserver: a clean single-threaded parent for the workers (this process
+    # may already run heartbeat and listener threads, which fork would copy badly).
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
 def run_one(spec: Spec, processes: int, rounds: int, seconds: float, hold: float) -> dict[str, Any]:
-    ctx = mp.get_context("spawn")
+    ctx = _context()
     barrier = ctx.Barrier(processes + 1)
     counter = ctx.Value("q", 0)
     out = ctx.Queue()
     key = f"bench-handover-{uuid.uuid4().hex[:8]}"
-    procs = [ctx.Process(target=worker, args=(spec, key, rounds, seconds, hold, barrier, counter, out),
+    durations = [WARM_UP] + [seconds] * rounds
+    procs = [ctx.Process(target=worker, args=(spec, key, durations, hold, barrier, counter, out),
                          daemon=True) for _ in range(processes)]
     for p in procs:
         p.start()
     stats: list[RoundStats] = []
     try:
-        for _ in range(rounds):
+        for r, length in enumerate(durations):
             barrier.wait(timeout=120)
-            got = [out.get(timeout=seconds + 60) for _ in procs]
-            stats.append(analyse([(s, hs) for _, s, hs in got], seconds))
+            got = [out.get(timeout=length + 60) for _ in procs]
+            if r > 0:
+                stats.append(analyse([(s, hs) for _, s, hs in got], length))
     finally:
         for p in procs:
             p.join(timeout=30)

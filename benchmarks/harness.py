@@ -47,6 +47,7 @@ class Result:
     trials: list[Trial] = field(default_factory=list)
     sends_per_cycle: float | None = None
     sends_acquire: float | None = None
+    server_cpu_us: float | None = None  # the server's CPU per cycle, where it reports it
     note: str = ""
     floor: bool = False
 
@@ -74,6 +75,7 @@ class Result:
             "release_us_p50": None if self.floor else round(self.release_us, 1),
             "client_cpu_us_per_cycle": round(self.cpu_us, 1),
             "sends_per_cycle": self.sends_per_cycle, "sends_acquire": self.sends_acquire,
+            "server_cpu_us_per_cycle": self.server_cpu_us,
             "runs": [round(t.cycles_per_s, 1) for t in self.trials],
         }
 

@@ -108,12 +108,33 @@ def lease_contenders(url: str, key: str) -> list[Contender]:
     ]
 
 
+def server_cpu_us(url: str, c: Contender, cycles: int = 1000) -> float:
+    """redis-server's own CPU time (user + sys, from INFO) per cycle: where the
+    Lua scripts run. Read over many cycles, since INFO reports it coarsely."""
+    info = _client(url)
+
+    def used() -> float:
+        cpu = info.info("cpu")
+        return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+    try:
+        before = used()
+        for _ in range(cycles):
+            handle = c.acquire()
+            if c.release is not None:
+                c.release(handle)
+        return round((used() - before) / cycles * 1e6, 1)
+    finally:
+        info.close()
+
+
 def run(url: str, runs: int, seconds: float, log: Any) -> list[Result]:
     cs = contenders(url)
     try:
         results = interleaved(cs, runs, seconds, progress=lambda m: log(f"redis cycle: {m}"))
         for c, r in zip(cs, results):
             r.sends_per_cycle, r.sends_acquire = count_sends(c)
+            r.server_cpu_us = server_cpu_us(url, c)
         return results
     finally:
         for c in cs:

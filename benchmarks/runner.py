@@ -47,8 +47,8 @@ def _cycle_rows(results: list[Result], base: Result | None, floor: Result | None
     for r in results:
         ratio = r.cycles_per_s / base.cycles_per_s if base and not r.floor else None
         vs_floor = r.acquire_us / floor.acquire_us if floor and not r.floor else None
-        rows.append([r.name, r.cycles_per_s, ratio, r.cpu_us, r.acquire_us, vs_floor,
-                     r.sends_per_cycle, r.sends_acquire])
+        rows.append([r.name, r.cycles_per_s, ratio, r.cpu_us, r.server_cpu_us, r.acquire_us,
+                     vs_floor, r.sends_per_cycle, r.sends_acquire])
     return rows
 
 
@@ -58,10 +58,10 @@ def redis_table(results: list[Result]) -> str:
     rows = _cycle_rows(results, base, floor)
     for row in rows:
         row[2] = None if row[2] is None else f"{row[2]:.2f}x"
-        row[5] = None if row[5] is None else f"{row[5]:.2f}x"
+        row[6] = None if row[6] is None else f"{row[6]:.2f}x"
     return table("Uncontended cycle on Redis (acquire + release, one client, one key)",
-                 ["contender", "cycles/s", "vs redis-py", "cpu us/cycle", "acquire us",
-                  "acq/PING", "sends/cycle", "sends/acq"], rows)
+                 ["contender", "cycles/s", "vs redis-py", "client cpu us", "server cpu us",
+                  "acquire us", "acq/PING", "sends/cycle", "sends/acq"], rows)
 
 
 def store_table(kind: str, results: list[Result]) -> str:
