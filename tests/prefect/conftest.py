@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +20,19 @@ import pytest
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))  # flows_for_tests, for the test process too
+
+# Before Prefect is imported: a quieter test server that starts faster
+# (no UI, no telemetry, no scheduling services these tests do not use).
+for _name, _value in {
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_UI_ENABLED": "false",
+    "PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED": "false",
+    "PREFECT_SERVER_SERVICES_LATE_RUNS_ENABLED": "false",
+    "PREFECT_SERVER_SERVICES_FOREMAN_ENABLED": "false",
+    "PREFECT_SERVER_SERVICES_PAUSE_EXPIRATIONS_ENABLED": "false",
+}.items():
+    os.environ.setdefault(_name, _value)
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -64,67 +75,81 @@ def lease_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 class Child:
-    """A child process running one flow (run_flow.py) or any script."""
+    """One flow run in its own child process (forked by the forkserver)."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path, out: Path | None) -> None:
+    def __init__(self, ctx: Any, flow: str, params: dict[str, Any], env: dict[str, str],
+                 log: Path, out: Path) -> None:
+        import run_flow
+
         self.log = log
         self.out = out
-        with open(log, "wb") as sink:
-            self.proc = subprocess.Popen(args, env=env, stdout=sink, stderr=subprocess.STDOUT,
-                                         cwd=str(HERE))
+        log.touch()
+        self.proc = ctx.Process(target=run_flow.run_in_child,
+                                args=(flow, params, str(out), str(log), env), daemon=True)
+        self.proc.start()
+
+    @property
+    def pid(self) -> int:
+        pid: int = self.proc.pid
+        return pid
 
     def result(self, timeout: float = 90.0) -> dict[str, Any]:
-        assert self.out is not None
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"child did not finish; log:\n{self.output()}") from None
+        self.proc.join(timeout)
+        if self.proc.is_alive():
+            raise AssertionError(f"child did not finish; log:\n{self.output()}")
         if not self.out.exists():
-            raise AssertionError(f"child exited {self.proc.returncode} without a result; "
+            raise AssertionError(f"child exited {self.proc.exitcode} without a result; "
                                  f"log:\n{self.output()}")
         data: dict[str, Any] = json.loads(self.out.read_text())
         return data
 
     def done(self) -> bool:
-        return self.out is not None and self.out.exists()
+        return self.out.exists()
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-6000:]
 
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(30)
+
+
+@pytest.fixture(scope="session")
+def forkserver(prefect_api: str) -> Any:
+    """A forkserver that has imported Prefect and the test flows, with the
+    test server's API URL in its environment (Prefect reads its settings
+    at import)."""
+    import multiprocessing
+
+    os.environ["PREFECT_API_URL"] = prefect_api
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["run_flow"])
+    return ctx
 
 
 @pytest.fixture
 def child_env(prefect_api: str, coord: Path, lease_url: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(PREFECT_API_URL=prefect_api, LEASE_TEST_DIR=str(coord), LEASE_STORE_URL=lease_url,
-               PYTHONDONTWRITEBYTECODE="1", DO_NOT_TRACK="1")
-    return env
+    return {"PREFECT_API_URL": prefect_api, "LEASE_TEST_DIR": str(coord),
+            "LEASE_STORE_URL": lease_url}
 
 
 @pytest.fixture
-def spawn(child_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., Child]]:
+def spawn(forkserver: Any, child_env: dict[str, str], tmp_path: Path
+          ) -> Iterator[Callable[..., Child]]:
     """Start ``flows_for_tests.<flow>(**params)`` in a child process."""
     children: list[Child] = []
 
     def start(flow: str, **params: Any) -> Child:
         n = len(children)
-        out = tmp_path / f"result-{n}-{flow}.json"
-        args = [sys.executable, str(HERE / "run_flow.py"), flow, json.dumps(params), str(out)]
-        child = Child(args, child_env, tmp_path / f"child-{n}-{flow}.log", out)
+        child = Child(forkserver, flow, params, child_env, tmp_path / f"child-{n}-{flow}.log",
+                      tmp_path / f"result-{n}-{flow}.json")
         children.append(child)
         return child
 
     yield start
     for child in children:
-        child.stop(signal.SIGKILL)
+        child.kill()
 
 
 def entered(coord: Path) -> list[dict[str, Any]]:

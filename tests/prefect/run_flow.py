@@ -1,23 +1,30 @@
-"""Child process: run one flow of flows_for_tests and write its final state.
+"""Run one flow of flows_for_tests in a child process and write its final state.
 
-    python run_flow.py <flow attribute> <parameters as JSON> <output file>
+The test suite starts children through a multiprocessing *forkserver* that
+has imported Prefect and these flows once (``run_in_child``): every child is
+still its own process, with its own Prefect client, heartbeat and lease
+holder id, but does not pay Prefect's import again (seconds per child on a
+busy 2-core machine). ``python run_flow.py <flow> <params JSON> <out>``
+does the same from a fresh interpreter.
 
-The child reports to the test's Prefect server through ``$PREFECT_API_URL``
-and finds the lease store through ``$LEASE_STORE_URL``.
+Children report to the test's Prefect server (``$PREFECT_API_URL``, set
+before the forkserver starts) and find the lease store through
+``$LEASE_STORE_URL``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import flows_for_tests
 
 
-def main() -> None:
-    name, params, out = sys.argv[1], json.loads(sys.argv[2]), Path(sys.argv[3])
+def run(name: str, params: dict[str, Any], out: Path) -> None:
     flow = getattr(flows_for_tests, name)
     if flow.isasync:
         state = asyncio.run(flow(**params, return_state=True))
@@ -34,5 +41,14 @@ def main() -> None:
     tmp.rename(out)
 
 
+def run_in_child(name: str, params: dict[str, Any], out: str, log: str, env: dict[str, str]) -> None:
+    """Target of a forkserver child: its own output file and environment."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.environ.update(env)
+    run(name, params, Path(out))
+
+
 if __name__ == "__main__":
-    main()
+    run(sys.argv[1], json.loads(sys.argv[2]), Path(sys.argv[3]))

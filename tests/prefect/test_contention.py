@@ -52,7 +52,7 @@ def test_wait_runs_both_one_after_the_other(spawn: Any, coord: Path) -> None:
     a, b = spawn("race_sync_wait"), spawn("race_sync_wait")
     first = wait_until(lambda: entered(coord), 90, "one run to enter")
     assert len(first) == 1
-    waiter = b if first[0]["pid"] == a.proc.pid else a
+    waiter = b if first[0]["pid"] == a.pid else a
     # The waiter logs that it waits (Prefect's run logger prints to its output).
     wait_until(lambda: "Waiting for lease" in waiter.output(), 90, "the other run to wait")
     assert len(entered(coord)) == 1
