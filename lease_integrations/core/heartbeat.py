@@ -15,6 +15,7 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -132,8 +133,10 @@ class Heartbeat:
                 return
             entry.in_flight = True
             entry.stopped.clear()
-        assert self._pool is not None
-        self._pool.submit(self._renew, entry)
+        if not self._submit(self._renew, entry):
+            with self._cond:
+                entry.in_flight = False
+                entry.stopped.set()
 
     def _renew(self, entry: _Entry) -> None:
         lease = entry.lease
@@ -175,11 +178,22 @@ class Heartbeat:
             self._report_lost(entry, "the store refused the renewal: the lease expired or was "
                                      "taken over or broken")
 
+    def _submit(self, fn: Callable[..., None], *args: object) -> bool:
+        """Hand work to the renewal pool; False once the interpreter is
+        shutting down (the process is exiting: nothing left to protect)."""
+        if self._pool is None:
+            return False
+        try:
+            self._pool.submit(fn, *args)
+        except RuntimeError:
+            return False
+        return True
+
     def _report_lost(self, entry: _Entry, reason: str) -> None:
         lease = entry.lease
-        if lease.mark_lost(reason) and self._pool is not None:
+        if lease.mark_lost(reason):
             # Off the scheduler thread: the store may be the reason we lost it.
-            self._pool.submit(_record_loss, entry.store, lease, reason)
+            self._submit(_record_loss, entry.store, lease, reason)
 
 
 def _record_loss(store: LeaseStore, lease: Lease, reason: str) -> None:
