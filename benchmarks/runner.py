@@ -15,12 +15,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import handover, local_servers, machine, many_keys, orchestrators, redis_cycle, store_cycle
+from . import (
+    extras,
+    handover,
+    local_servers,
+    machine,
+    many_keys,
+    orchestrators,
+    redis_cycle,
+    store_cycle,
+)
 from .harness import Result
 from .tables import table
 from .targets import evaluate, render_targets
 
-SECTIONS = ("redis", "handover", "many", "stores", "orchestrators")
+SECTIONS = ("redis", "handover", "many", "stores", "orchestrators", "extras")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -167,6 +176,12 @@ def main(argv: list[str] | None = None) -> int:
         results_o = orchestrators.run(quick, log)
         res["orchestrators"] = results_o
         show(orch_table(results_o))
+
+    if "extras" in sections:
+        hist = extras.history_cost(quick, log)
+        res["history_cost"] = hist
+        show("History and metrics cost (benchmarks/history_cost.py)\n"
+             + (hist.get("output") or hist.get("skipped") or hist.get("error", "")) + "\n")
 
     out["targets"] = evaluate(res)
     show(render_targets(out["targets"]))

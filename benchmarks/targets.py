@@ -67,6 +67,8 @@ def _handover(rows: list[dict[str, Any]], out: list[dict[str, Any]]) -> None:
 
 def _orchestrators(rows: list[dict[str, Any]], out: list[dict[str, Any]]) -> None:
     for r in rows:
+        if r.get("target") is False:
+            continue
         plain, leased = r.get("plain_s"), r.get("leased_s")
         if plain is None or leased is None:
             _check(out, f"{r['name']}: < 5 % or < 50 ms added", None,

@@ -1,0 +1,28 @@
+"""Benchmarks other helpers own that print their own tables: run them and
+show their output verbatim, so one ``./run bench`` shows everything."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMEOUT = 300
+
+
+def history_cost(quick: bool, log: Any) -> dict[str, Any]:
+    path = ROOT / "benchmarks" / "history_cost.py"
+    if not path.exists():
+        return {"name": "history_cost", "skipped": "benchmarks/history_cost.py not present"}
+    log("extras: history_cost.py")
+    args = ["--rounds", "3", "--cycles", "100"] if quick else ["--rounds", "5"]
+    try:
+        proc = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), str(path), *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return {"name": "history_cost", "error": f"timed out after {TIMEOUT} s"}
+    if proc.returncode != 0:
+        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+        return {"name": "history_cost", "error": f"exit {proc.returncode}: {tail}"}
+    return {"name": "history_cost", "output": proc.stdout.rstrip()}
