@@ -12,7 +12,7 @@ import socket
 from ..core.errors import ConfigurationError
 from ..core.store import LeaseStore
 from . import exits
-from .render import dumps, expires_text, meta_summary, record_json
+from .render import dumps, expires_phrase, meta_summary, record_json
 
 
 def default_breaker() -> str:
@@ -44,8 +44,9 @@ def run_break(store: LeaseStore, args: argparse.Namespace) -> int:
     if not args.yes:
         raise exits.refused(
             f"refusing to break lease {args.key!r} without --yes: it is {current.state}, "
-            f"token {current.token}, holder {holder}, expires {expires_text(current)}. "
-            "Breaking a live holder lets another run start before the holder notices."
+            f"token {current.token}, holder {holder}, {expires_phrase(current)}."
+            + (" Breaking a live holder lets another run start before the holder notices."
+               if current.state == "held" else "")
         )
     before = store.force_release(args.key, by)
     if before is None:  # deleted between our read and the break

@@ -14,7 +14,7 @@ from .render import (
     dumps,
     event_detail,
     event_json,
-    expires_text,
+    expires_phrase,
     meta_summary,
     record_json,
     short_holder,
@@ -48,9 +48,8 @@ def run_history(store: LeaseStore, args: argparse.Namespace) -> int:
         if record.holder is None:
             now = f"released (last token {record.token})"
         else:
-            left = expires_text(record)
             now = (f"{record.state}: token {record.token} by {short_holder(record.holder)}, "
-                   + (left if record.state == "expired" else f"expires in {left}"))
+                   f"{expires_phrase(record)}")
         print(f"now: {now}")
     return exits.OK
 

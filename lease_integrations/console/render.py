@@ -64,6 +64,12 @@ def expires_text(record: LeaseRecord) -> str:
     return span(left) if left > 0 else f"expired {span(-left)} ago"
 
 
+def expires_phrase(record: LeaseRecord) -> str:
+    """``expires in 4.2s`` or ``expired 1.3s ago``, for sentences."""
+    text = expires_text(record)
+    return text if text.startswith("expired") or text == "-" else f"expires in {text}"
+
+
 def short_holder(holder: str | None) -> str:
     return "-" if holder is None else _HOLDER_SUFFIX.sub("", holder)
 
