@@ -1,0 +1,171 @@
+"""One lease for a whole DAG run, declared once in the DAG file.
+
+A lease per task (or a pool) still lets a second run slip in *between* the
+tasks of the first: run A extracts, run B extracts, run A swaps B's half-built
+index. The unit to protect is the run's critical section, so the lease is
+taken before its first task and given back after its last::
+
+    from lease_integrations.airflow.dag_run_lease import dag_run_lease
+
+    with DAG("index_rebuild", schedule="@daily", ...):
+        with dag_run_lease(lease_key="search-index", lease_ttl=120, on_busy="skip"):
+            extract() >> build() >> swap()
+
+Every task created inside the block is guarded; tasks of the DAG created
+outside it are not. ``with_dag_run_lease([t1, t2], ...)`` does the same for
+tasks that already exist. Both add three tasks (ids from ``task_prefix``):
+
+``<prefix>_acquire`` (a setup task)
+    takes the lease as the run's holder (meta: dag_id, run_id, run_type, host)
+    and pushes holder and token to XCom. ``on_busy``: ``skip`` skips the whole
+    run's work (the log names the holder), ``fail`` fails the run, ``wait``
+    waits (``deferrable=True``: in the triggerer, without a worker slot).
+``<prefix>_keeper``
+    defers at once; its trigger renews the lease from the triggerer every
+    ``lease_heartbeat`` (ttl/3) until the release task gives it back, so a run
+    whose tasks queue for an hour keeps its lease without a worker slot. If a
+    renewal is refused or the store stays down past the trust window, the
+    keeper fails, and with it the run.
+``<prefix>_release`` (the teardown)
+    runs even when a work task failed, and releases only if the store still
+    has this run's holder and token, never a lease the run no longer holds.
+
+Each guarded task checks, before it starts, that the store still has the run's
+holder and token unexpired (else ``LeaseLost``: it fails and the run's later
+tasks never start), and while it runs a watcher re-reads the record every
+heartbeat and interrupts it with ``LeaseLost`` once the lease is gone. The
+lease is in its context as ``context["lease"]`` (``key``, ``token``,
+``check()``) and ``context["dag_run_lease"]``; any task of the run can also
+call ``dag_run_lease_of(context)``. Pass ``context["lease"].token`` to the
+fencing guard with every write: that is what makes a late, cut-off run's write
+fail instead of corrupting the newer run's work.
+
+``lease_ttl`` must cover the gap between the acquire task ending and the
+keeper's trigger starting (a worker picking up the keeper, the triggerer
+picking up the trigger): tens of seconds on a loaded installation, so keep it
+at a minute or more. Clearing a single work task re-runs the acquire and
+release tasks with it (setup/teardown semantics) but not the keeper: clear
+the keeper too, or the cleared run's lease expires after its ttl.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from airflow.sdk.definitions._internal.contextmanager import DagContext
+
+from lease_integrations import ConfigurationError
+
+from .connections import DEFAULT_CONN_ID
+from .options import LeaseOptions
+from .run_lease_guard import guard_hooks
+from .run_lease_info import DEFAULT_TASK_PREFIX, DagRunLease, dag_run_lease_of
+from .run_lease_tasks import (
+    AcquireDagRunLeaseOperator,
+    KeepDagRunLeaseOperator,
+    ReleaseDagRunLeaseOperator,
+)
+
+__all__ = ["DagRunLease", "DagRunLeaseTasks", "dag_run_lease", "dag_run_lease_of",
+           "with_dag_run_lease"]
+
+
+@dataclass(frozen=True)
+class DagRunLeaseTasks:
+    """The three tasks the lease adds, for wiring anything else to them."""
+
+    acquire: AcquireDagRunLeaseOperator
+    keeper: KeepDagRunLeaseOperator
+    release: ReleaseDagRunLeaseOperator
+
+
+@contextmanager
+def dag_run_lease(*, lease_key: str | None = None, lease_ttl: float = 60.0,
+                  lease_heartbeat: float | None = None, lease_conn_id: str = DEFAULT_CONN_ID,
+                  on_busy: str = "skip", wait_timeout: float | None = None,
+                  deferrable: bool = False, poll_interval: float = 5.0,
+                  task_prefix: str = DEFAULT_TASK_PREFIX) -> Iterator[DagRunLeaseTasks]:
+    """Guard every task created in the block by one lease for the DAG run.
+
+    Arguments as for ``LeasedPythonOperator``; the default key is
+    ``airflow/<dag_id>/dag_run``, shared by every run of the DAG."""
+    dag = DagContext.get_current()
+    if dag is None:
+        raise ConfigurationError("dag_run_lease() must be used inside a DAG (with DAG(...): "
+                                 "or a @dag function)")
+    tasks = _lease_tasks(_options(lease_key, lease_ttl, lease_heartbeat, lease_conn_id, on_busy,
+                                  wait_timeout, deferrable, poll_interval), lease_key, task_prefix)
+    before = set(dag.task_dict)
+    yield tasks
+    work = [task for task_id, task in dag.task_dict.items() if task_id not in before]
+    _wire(tasks, work)
+
+
+def with_dag_run_lease(tasks: Iterable[Any], *, lease_key: str | None = None,
+                       lease_ttl: float = 60.0, lease_heartbeat: float | None = None,
+                       lease_conn_id: str = DEFAULT_CONN_ID, on_busy: str = "skip",
+                       wait_timeout: float | None = None, deferrable: bool = False,
+                       poll_interval: float = 5.0,
+                       task_prefix: str = DEFAULT_TASK_PREFIX) -> DagRunLeaseTasks:
+    """``dag_run_lease`` for tasks that already exist (operators or TaskFlow
+    results); call it inside the DAG's context."""
+    work = [getattr(task, "operator", task) for task in tasks]
+    lease_tasks = _lease_tasks(_options(lease_key, lease_ttl, lease_heartbeat, lease_conn_id,
+                                        on_busy, wait_timeout, deferrable, poll_interval),
+                               lease_key, task_prefix)
+    _wire(lease_tasks, work)
+    return lease_tasks
+
+
+def _options(lease_key: str | None, lease_ttl: float, lease_heartbeat: float | None,
+             lease_conn_id: str, on_busy: str, wait_timeout: float | None, deferrable: bool,
+             poll_interval: float) -> LeaseOptions:
+    # The task-level options, checked at parse time: a bad DAG fails to import.
+    return LeaseOptions(lease_key=lease_key, lease_ttl=lease_ttl, lease_heartbeat=lease_heartbeat,
+                        lease_conn_id=lease_conn_id, on_busy=on_busy, wait_timeout=wait_timeout,
+                        deferrable=deferrable, poll_interval=poll_interval)
+
+
+def _lease_tasks(options: LeaseOptions, lease_key: str | None, prefix: str) -> DagRunLeaseTasks:
+    if not isinstance(prefix, str) or not prefix.strip():
+        raise ConfigurationError(f"task_prefix must be a non-empty string, got {prefix!r}")
+    acquire = AcquireDagRunLeaseOperator(task_id=f"{prefix}_acquire", lease_options=options,
+                                         lease_key=lease_key)
+    keeper = KeepDagRunLeaseOperator(task_id=f"{prefix}_keeper", acquire_task_id=acquire.task_id,
+                                     retries=0)
+    release = ReleaseDagRunLeaseOperator(task_id=f"{prefix}_release",
+                                         acquire_task_id=acquire.task_id)
+    release.as_teardown(setups=acquire)
+    acquire >> keeper
+    return DagRunLeaseTasks(acquire, keeper, release)
+
+
+def _wire(lease: DagRunLeaseTasks, work: list[Any]) -> None:
+    if not work:
+        raise ConfigurationError("dag_run_lease() guards no tasks: create the run's work "
+                                 "tasks inside the block, or pass them to with_dag_run_lease()")
+    ids = {task.task_id for task in work}
+    own = {lease.acquire.task_id, lease.keeper.task_id, lease.release.task_id}
+    for task in work:
+        if task.task_id in own:
+            continue
+        if not ids & set(task.upstream_task_ids):
+            lease.acquire >> task
+        if not ids & set(task.downstream_task_ids):
+            task >> lease.release
+        _guard(task, lease.acquire.task_id)
+
+
+def _guard(task: Any, acquire_task_id: str) -> None:
+    partial = getattr(task, "partial_kwargs", None)
+    if isinstance(partial, dict):  # a mapped task: each unmapped instance gets the hooks
+        pre, post = guard_hooks(acquire_task_id, partial.get("pre_execute"),
+                                partial.get("post_execute"))
+        partial["pre_execute"], partial["post_execute"] = pre, post
+        return
+    pre, post = guard_hooks(acquire_task_id, task._pre_execute_hook, task._post_execute_hook)
+    task._pre_execute_hook = pre
+    task._post_execute_hook = post

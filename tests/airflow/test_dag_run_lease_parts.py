@@ -1,0 +1,160 @@
+"""The DAG-run lease without a scheduler (fast): how the DAG is wired at parse
+time, bad arguments failing the import, and the keeper's trigger run on a
+real SQLite store (its ``run()`` is an ordinary async generator)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk import DAG, task
+
+from lease_integrations import ConfigurationError, LeaseStore, connect
+from lease_integrations.airflow.dag_run_lease import dag_run_lease, with_dag_run_lease
+from lease_integrations.airflow.keeper_trigger import DagRunLeaseKeeperTrigger
+
+
+def _dag(dag_id: str) -> DAG:
+    return DAG(dag_id=dag_id, schedule=None, start_date=datetime(2026, 1, 1))
+
+
+@task
+def step() -> None:
+    pass
+
+
+def test_block_wraps_its_tasks_with_setup_keeper_and_teardown() -> None:
+    with _dag("wired") as dag:
+        outside = step.override(task_id="outside")()
+        with dag_run_lease(lease_key="k", lease_ttl=30) as lease:
+            a = step.override(task_id="a")()
+            b = step.override(task_id="b")()
+            c = step.override(task_id="c")()
+            a >> b >> c
+    tasks = dag.task_dict
+    assert lease.acquire.is_setup and lease.release.is_teardown
+    assert tasks["a"].upstream_task_ids == {"dag_run_lease_acquire"}
+    assert tasks["b"].upstream_task_ids == {"a"}
+    assert tasks["dag_run_lease_release"].upstream_task_ids == {"dag_run_lease_acquire", "c"}
+    assert tasks["dag_run_lease_keeper"].upstream_task_ids == {"dag_run_lease_acquire"}
+    # The keeper must not feed the teardown (it ends when the teardown releases).
+    assert not tasks["dag_run_lease_keeper"].downstream_task_ids
+    for task_id in "abc":
+        assert tasks[task_id]._pre_execute_hook is not None
+        assert tasks[task_id]._post_execute_hook is not None
+    assert tasks["outside"]._pre_execute_hook is None
+    assert not outside.operator.upstream_task_ids
+
+
+def test_existing_tasks_and_a_prefix() -> None:
+    with _dag("existing") as dag:
+        x = step.override(task_id="x")()
+        y = step.override(task_id="y")()
+        lease = with_dag_run_lease([x, y], lease_key="k2", task_prefix="index_lease")
+    assert lease.acquire.task_id == "index_lease_acquire"
+    assert dag.task_dict["x"].upstream_task_ids == {"index_lease_acquire"}
+    assert dag.task_dict["y"].downstream_task_ids == {"index_lease_release"}
+
+
+@pytest.mark.parametrize(("kwargs", "named"), [
+    ({"on_busy": "wiat"}, "'wiat'"),
+    ({"lease_ttl": 0}, "ttl"),
+    ({"lease_conn_id": ""}, "lease_conn_id"),
+    ({"deferrable": True}, "deferrable"),
+    ({"task_prefix": " "}, "task_prefix"),
+])
+def test_bad_arguments_fail_the_dag_file(kwargs: dict[str, Any], named: str) -> None:
+    with _dag("bad"), pytest.raises(ConfigurationError, match=named), dag_run_lease(**kwargs):
+        step()
+
+
+def test_an_empty_block_is_an_error() -> None:
+    with _dag("empty"), pytest.raises(ConfigurationError, match="guards no tasks"), dag_run_lease():
+        pass
+
+
+def test_outside_a_dag_is_an_error() -> None:
+    with pytest.raises(ConfigurationError, match="inside a DAG"), dag_run_lease():
+        pass
+
+
+# -- the keeper's trigger on a real store ------------------------------------------------------
+def _trigger(url: str, store: LeaseStore, key: str, ttl: float = 2.0) -> DagRunLeaseKeeperTrigger:
+    granted = store.acquire(key, "dagrun:test", ttl, {"dag_id": "d"})
+    assert granted.granted and granted.record is not None
+    return DagRunLeaseKeeperTrigger(lease_key=key, holder="dagrun:test",
+                                    token=granted.record.token, ttl=ttl, heartbeat=ttl / 4,
+                                    lease_conn_id="lease_default", store_url=url)
+
+
+async def _first_event(trigger: DagRunLeaseKeeperTrigger) -> dict[str, Any]:
+    async for event in trigger.run():
+        payload: dict[str, Any] = event.payload
+        return payload
+    raise AssertionError("the trigger ended without an event")
+
+
+async def _when(store: LeaseStore, key: str, renewed_past: float) -> None:
+    """Until the store shows the lease renewed ``renewed_past`` s after acquisition."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while asyncio.get_running_loop().time() < deadline:
+        record = await asyncio.to_thread(store.get, key)
+        assert record is not None and record.renewed_at and record.acquired_at
+        if (record.renewed_at - record.acquired_at).total_seconds() > renewed_past:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the keeper did not renew")
+
+
+def test_keeper_renews_past_the_ttl_then_ends_on_our_release(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/leases.db"
+    with connect(url) as store:
+        trigger = _trigger(url, store, "keep")
+
+        async def scenario() -> dict[str, Any]:
+            running = asyncio.ensure_future(_first_event(trigger))
+            await _when(store, "keep", renewed_past=2.0)  # longer than the ttl
+            assert not running.done()
+            assert await asyncio.to_thread(store.release, "keep", "dagrun:test", trigger.token)
+            return await asyncio.wait_for(running, 30)
+
+        event = asyncio.run(scenario())
+    assert event["status"] == "released" and event["renewals"] >= 2
+
+
+def test_keeper_reports_a_break_from_outside_as_lost(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/leases.db"
+    with connect(url) as store:
+        trigger = _trigger(url, store, "broken")
+
+        async def scenario() -> dict[str, Any]:
+            running = asyncio.ensure_future(_first_event(trigger))
+            await _when(store, "broken", renewed_past=0.0)
+            await asyncio.to_thread(store.force_release, "broken", "ops-person")
+            return await asyncio.wait_for(running, 30)
+
+        event = asyncio.run(scenario())
+    assert event["status"] == "lost" and "broken from outside by ops-person" in event["reason"]
+
+
+def test_keeper_reports_a_takeover_as_lost(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/leases.db"
+    with connect(url) as store:
+        # The run's lease expired before its keeper ran (a long queue, a dead
+        # triggerer) and another run took it: the keeper must not call that "released".
+        trigger = _trigger(url, store, "taken", ttl=0.3)
+        deadline = time.monotonic() + 30
+        while (record := store.get("taken")) is not None and record.held:
+            assert time.monotonic() < deadline, "the lease never expired"
+            time.sleep(0.02)
+        taken = store.acquire("taken", "dagrun:other", 30.0, {})
+        assert taken.granted and taken.record is not None
+        event = asyncio.run(asyncio.wait_for(_first_event(trigger), 30))
+        assert event["status"] == "lost"
+        assert event["reason"] == f"taken over with token {taken.record.token} by dagrun:other"
+        record = store.get("taken")
+        assert record is not None and record.holder == "dagrun:other" and record.held
