@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import metrics
 from .lease import Lease
@@ -40,7 +40,6 @@ class _Entry:
     active: bool = True
     failures: int = 0
     last_error: str = ""
-    stopped: threading.Event = field(default_factory=threading.Event)
 
 
 class Heartbeat:
@@ -70,16 +69,13 @@ class Heartbeat:
             self._cond.notify()
 
     def remove(self, lease: Lease) -> None:
-        """Stop renewing ``lease``. Waits for a renewal in flight so that the
-        caller's release cannot race with a renewal of the same token."""
+        """Stop renewing ``lease``. Does not wait for a renewal in flight: one
+        that reaches the store after the release finds no matching holder and
+        fails harmlessly, so a release (on SIGTERM, say) is never delayed."""
         with self._cond:
             entry = self._entries.pop(id(lease), None)
-            if entry is None:
-                return
-            entry.active = False
-            in_flight = entry.in_flight
-        if in_flight:
-            entry.stopped.wait(timeout=lease.ttl)
+            if entry is not None:
+                entry.active = False
 
     def __len__(self) -> int:
         with self._cond:
@@ -132,11 +128,9 @@ class Heartbeat:
             if entry.in_flight or not entry.active:
                 return
             entry.in_flight = True
-            entry.stopped.clear()
         if not self._submit(self._renew, entry):
             with self._cond:
                 entry.in_flight = False
-                entry.stopped.set()
 
     def _renew(self, entry: _Entry) -> None:
         lease = entry.lease
@@ -157,7 +151,6 @@ class Heartbeat:
             )
         with self._cond:
             entry.in_flight = False
-            entry.stopped.set()
             if not entry.active:
                 return
             if outcome is True:
