@@ -24,6 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("mongo_wire_server.py")
 START_TIMEOUT = 60.0
+USER, PASSWORD = "lease_user", "m0ngo-pw"
 
 
 def free_port() -> int:
@@ -49,14 +50,22 @@ class MongoWireServer:
         self.log = self.root / "server.log"
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
-        self.url = f"mongodb://127.0.0.1:{self.port}/leases_test"
+        # SCRAM-SHA-256 named: the wire server does not advertise its mechanisms,
+        # and pymongo's fallback (SCRAM-SHA-1) fails against it.
+        self.url = (f"mongodb://{USER}:{PASSWORD}@127.0.0.1:{self.port}/leases_test"
+                    "?authSource=admin&authMechanism=SCRAM-SHA-256")
 
     def start(self) -> None:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [str(self.python), str(SCRIPT), str(self.port), str(self.db_path)],
-                stdout=log, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True)
-        self.wait_ready()
+                stdout=log, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True,
+                env={**os.environ, "LEASE_TEST_MONGO_AUTH": f"{USER}:{PASSWORD}"})
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop(kill=True)
+            raise
 
     def wait_ready(self) -> None:
         from pymongo import MongoClient

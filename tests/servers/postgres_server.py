@@ -79,7 +79,11 @@ class PgServer:
                  "-c", "full_page_writes=off", "-c", "max_connections=200"],
                 stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
                 start_new_session=True, **self._run_as)
-        self.wait_ready()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop("immediate")
+            raise
 
     def wait_ready(self) -> None:
         import psycopg
