@@ -1,0 +1,128 @@
+"""@leased_flow as a Prefect user meets it: a real Flow with the same
+parameter schema as @flow, @flow's arguments passed through, bad settings
+refused at decoration time with the bad value named."""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+from typing import Any
+
+import cloudpickle
+import pytest
+from prefect import flow
+from prefect.flows import Flow
+
+from lease_integrations import ConfigurationError, connect
+from lease_integrations.prefect import leased_flow
+
+
+def plain(tenant: str, day: int = 1, *, dry_run: bool = False) -> str:
+    """Bill one tenant for one day."""
+    return f"{tenant}-{day}-{dry_run}"
+
+
+async def plain_async(tenant: str, day: int = 1) -> str:
+    return f"{tenant}-{day}"
+
+
+def test_a_real_flow_with_the_same_schema_as_flow() -> None:
+    leased = leased_flow(key="billing-{tenant}", ttl=5, store="memory://schema")(plain)
+    reference = flow(plain)
+    assert isinstance(leased, Flow)
+    assert leased.parameters == reference.parameters
+    assert inspect.signature(leased.fn) == inspect.signature(plain)
+    assert leased.name == "plain" and leased.description == "Bill one tenant for one day."
+    assert leased.version == reference.version  # hash of the user's file, not ours
+    assert not leased.isasync
+    leased_async = leased_flow(store="memory://schema")(plain_async)
+    assert leased_async.isasync and inspect.iscoroutinefunction(leased_async.fn)
+    assert leased_async.parameters == flow(plain_async).parameters
+
+
+def test_flow_arguments_pass_through() -> None:
+    leased = leased_flow(name="nightly billing", retries=2, retry_delay_seconds=3,
+                         log_prints=True, timeout_seconds=60, store="memory://args")(plain)
+    assert (leased.name, leased.retries, leased.retry_delay_seconds) == ("nightly billing", 2, 3)
+    assert leased.log_prints is True and leased.timeout_seconds == 60
+    # The default key comes from the flow name, made key-safe.
+    assert leased.lease_plan.key.template == "nightly-billing"
+
+
+def test_bare_decorator_uses_the_flow_name() -> None:
+    @leased_flow
+    def nightly_export() -> None:
+        pass
+
+    assert isinstance(nightly_export, Flow)
+    assert nightly_export.lease_plan.key.template == "nightly-export"
+    assert nightly_export.lease_plan.on_busy == "skip"
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"ttl": -1}, "-1"),
+        ({"ttl": "30"}, "'30'"),
+        ({"on_busy": "queue"}, "'queue'"),
+        ({"on_lost": "ignore"}, "'ignore'"),
+        ({"heartbeat": 20, "ttl": 30}, "heartbeat=20"),
+        ({"wait_timeout": 5}, "wait_timeout=5"),
+        ({"on_busy": "wait", "wait_timeout": -2}, "-2"),
+        ({"key": "billing {tenant}"}, "billing {tenant}"),
+        ({"key": "billing-{tennant}"}, "{tennant}"),
+        ({"key": "billing-{0}"}, "{0}"),
+        ({"key": "billing-{tenant"}, "billing-{tenant"),
+        ({"key": 42}, "42"),
+        ({"store": "reddis://localhost"}, "'reddis'"),
+        ({"store": "redis://localhost:notaport"}, "notaport"),
+        ({"store": "block:"}, "'block:'"),
+        ({"store": 3.5}, "3.5"),
+        ({"annotate": "yes"}, "'yes'"),
+        ({"retrys": 3}, "retrys"),
+    ],
+)
+def test_bad_settings_are_refused_at_decoration(options: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        leased_flow(**options)(plain)
+    assert named in str(raised.value)
+
+
+def test_bad_functions_are_refused() -> None:
+    def gen() -> Any:
+        yield 1
+
+    with pytest.raises(ConfigurationError, match="generator"):
+        leased_flow(gen)
+    with pytest.raises(ConfigurationError, match="already a Prefect flow"):
+        leased_flow(flow(plain))
+
+
+def test_a_template_may_name_parameters_taken_by_kwargs() -> None:
+    def anything(**params: Any) -> None:
+        pass
+
+    f = leased_flow(key="job-{region}", store="memory://kw")(anything)
+    assert f.lease_plan.key.render((), {"region": "eu"}) == "job-eu"
+
+
+def test_template_rendering_uses_defaults_and_checks_values() -> None:
+    f = leased_flow(key="billing-{tenant}-{day}", store="memory://render")(plain)
+    assert f.lease_plan.key.render(("acme",), {}) == "billing-acme-1"
+    with pytest.raises(ConfigurationError, match="a b"):
+        f.lease_plan.key.render(("a b",), {})
+
+
+def test_flows_travel_to_other_processes_with_a_url_not_a_live_store() -> None:
+    """serve() and workers pickle the flow: a URL travels, a connection cannot."""
+    by_url = leased_flow(store="sqlite:///tmp/never-opened.db")(plain)
+    clone = pickle.loads(cloudpickle.dumps(by_url))
+    assert clone.lease_plan.source.url == "sqlite:///tmp/never-opened.db"
+    with pytest.raises(TypeError, match="live store object"):
+        cloudpickle.dumps(leased_flow(store=connect("memory://live"))(plain))
+
+
+def test_nothing_is_opened_at_decoration(tmp_path: Any) -> None:
+    db = tmp_path / "leases.db"
+    leased_flow(store=f"sqlite://{db}")(plain)
+    assert not db.exists()
