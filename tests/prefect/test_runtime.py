@@ -193,3 +193,13 @@ def test_block_keeps_the_password_secret() -> None:
     assert block.get_url() == "redis://jobs:s3cr%40t@cache.internal:6380/2"
     with pytest.raises(ValueError, match="'mysql'"):
         LeaseStoreBlock(url="mysql://db/leases")
+
+
+def test_block_type_is_found_through_the_collections_entry_point() -> None:
+    """How Prefect finds block classes by slug (``Block.load`` in a process
+    that never imported us): the ``prefect.collections`` entry point."""
+    from prefect.blocks.core import Block
+    from prefect.plugins import load_prefect_collections
+
+    assert "lease_integrations" in load_prefect_collections()
+    assert Block.get_block_class_from_key("lease-store") is LeaseStoreBlock
