@@ -140,29 +140,36 @@ class RedisStore(LeaseStore):
     # -- plumbing -----------------------------------------------------------------
     def _connect_check(self) -> None:
         """One round trip at connect: PING proves the server answers (and the
-        password and db are right), SCRIPT LOAD saves the first calls a NOSCRIPT."""
-        try:
-            pipe = self._client.pipeline(transaction=False)
-            pipe.ping()
-            for script in (self._acquire, self._renew, self._release, self._force, self._get,
-                           self._event):
-                pipe.script_load(script.script)
-            pipe.execute()
-        except (redis.AuthenticationError, redis.exceptions.AuthorizationError) as exc:
-            self._client.close()
-            raise ConfigurationError(
-                f"Redis refused the credentials in {self.url!r}: {exc}"
-            ) from None
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            self._client.close()
-            raise StoreUnavailable(f"cannot reach Redis: {exc}", url=self.url) from None
-        except redis.RedisError as exc:
-            self._client.close()
-            if "DB index" in str(exc):
-                raise ConfigurationError(f"bad database number in {self.url!r}: {exc}") from None
-            raise StoreUnavailable(
-                f"Redis refused the lease store's setup (PING, SCRIPT LOAD): "
-                f"{type(exc).__name__}: {exc}", url=self.url) from None
+        password and db are right), SCRIPT LOAD saves the first calls a NOSCRIPT.
+        A connection reset gets one more try (a restarting proxy or server); a
+        timeout does not, so an unreachable host costs one connect timeout."""
+        for attempt in (1, 2):
+            try:
+                pipe = self._client.pipeline(transaction=False)
+                pipe.ping()
+                for script in (self._acquire, self._renew, self._release, self._force,
+                               self._get, self._event):
+                    pipe.script_load(script.script)
+                pipe.execute()
+                return
+            except (redis.AuthenticationError, redis.exceptions.AuthorizationError) as exc:
+                self._client.close()
+                raise ConfigurationError(
+                    f"Redis refused the credentials in {self.url!r}: {exc}"
+                ) from None
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                self._client.close()
+                if attempt == 1 and not isinstance(exc, redis.TimeoutError):
+                    continue
+                raise StoreUnavailable(f"cannot reach Redis: {exc}", url=self.url) from None
+            except redis.RedisError as exc:
+                self._client.close()
+                if "DB index" in str(exc):
+                    raise ConfigurationError(
+                        f"bad database number in {self.url!r}: {exc}") from None
+                raise StoreUnavailable(
+                    f"Redis refused the lease store's setup (PING, SCRIPT LOAD): "
+                    f"{type(exc).__name__}: {exc}", url=self.url) from None
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
