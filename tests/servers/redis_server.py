@@ -124,7 +124,9 @@ class RedisServer:
         self.paused = True
 
     def resume(self) -> None:
-        os.kill(self.pid, signal.SIGCONT)
+        """SIGCONT; a no-op when the server is not paused (safe in teardown)."""
+        if self.paused and self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGCONT)
         self.paused = False
 
     def stop(self) -> None:
