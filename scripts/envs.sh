@@ -34,6 +34,14 @@ _ensure_extra_env() {  # name python extras
   echo "$want" > "$dir/.stamp"
 }
 
+ensure_compat_env() {  # version (3.10, 3.12, 3.13): the core on every supported Python
+  local ver="$1" py
+  py="$(ls -d "$HOME"/.pyenv/versions/"$ver".*/bin/python 2>/dev/null | tail -n1 || true)"
+  [ -n "$py" ] || { echo "Python $ver not found under ~/.pyenv" >&2; return 1; }
+  ensure_core_env
+  _ensure_extra_env ".venv-py$ver" "$py" "test"
+}
+
 ensure_airflow_env() { ensure_core_env; _ensure_extra_env .venv-airflow "$PY311" "airflow,test"; }
 ensure_prefect_env() { ensure_core_env; _ensure_extra_env .venv-prefect "$PY311" "prefect,test"; }
 

@@ -13,6 +13,7 @@ ensure_servers
 ensure_mongo_env
 ensure_airflow_env
 ensure_prefect_env
+for v in 3.10 3.12 3.13; do ensure_compat_env "$v"; done
 set +e
 
 export LEASE_TEST_REQUIRE_ALL=1   # a missing server fails the run instead of skipping
@@ -36,6 +37,10 @@ phase "ruff" .venv/bin/ruff check lease_integrations tests example_dags example_
 phase "mypy" .venv/bin/mypy
 phase "core and stores" .venv/bin/pytest -q -p no:cacheprovider tests \
   --ignore=tests/airflow --ignore=tests/prefect "$@"
+for v in 3.10 3.12 3.13; do
+  phase "core on Python $v" ".venv-py$v/bin/pytest" -q -p no:cacheprovider tests/core tests/conformance \
+    -k "memory or sqlite or not store" "$@"
+done
 phase "airflow" .venv-airflow/bin/pytest -q -p no:cacheprovider tests/airflow "$@"
 phase "prefect" .venv-prefect/bin/pytest -q -p no:cacheprovider tests/prefect "$@"
 
