@@ -1,0 +1,164 @@
+"""MongoDB (mongoeco's MongoDB-wire server, not mongod) goes away while a
+LeaseLock holds a lease.
+
+The tests share one server of their own (``private_mongo``), never the
+session's. The outages are real:
+
+- SIGSTOP/SIGCONT of the server process: connections stay open and nothing
+  answers; pymongo's socketTimeoutMS (0.5 s here) ends each hung call.
+- SIGTERM and a restart on the same port: the data (an SQLite file) is
+  durable, pymongo rediscovers the server by itself. The wire server takes
+  several seconds to start on a loaded machine, so these tests use a longer
+  ttl than the PostgreSQL ones.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+
+import pytest
+from servers.mongo_server import MongoWireServer
+
+from lease_integrations import Lease, LeaseLock, LeaseLost, StoreUnavailable, connect
+from lease_integrations.core.store import LeaseStore
+
+FAST = "socketTimeoutMS=500&serverSelectionTimeoutMS=500&connectTimeoutMS=500"
+
+
+def until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.01)
+
+
+def renew_failures(caplog: pytest.LogCaptureFixture, key: str) -> int:
+    return sum(1 for r in caplog.records
+               if getattr(r, "lease_event", None) == "renew_failed"
+               and getattr(r, "lease_key", None) == key)
+
+
+class Holder:
+    """A held lease with a loss callback that notes the wall-clock instant."""
+
+    def __init__(self, store: LeaseStore, key: str, ttl: float, margin: float) -> None:
+        self.lock = LeaseLock(store, key, ttl=ttl, heartbeat=1.0, margin=margin,
+                              on_lost="check")
+        self.lease: Lease = self.lock.acquire()
+        self.lost_at: datetime | None = None
+        self.lost_event = threading.Event()
+        self.lease.on_lost(self._lost)
+
+    def _lost(self, _lease: Lease) -> None:
+        self.lost_at = datetime.now(timezone.utc)
+        self.lost_event.set()
+
+    def wait_for_renewal(self, timeout: float = 15.0) -> float:
+        before = self.lease.trusted_until
+        until(lambda: self.lease.trusted_until > before, timeout, "a renewal")
+        return self.lease.trusted_until
+
+
+@pytest.fixture
+def stores(private_mongo: MongoWireServer,
+           ) -> Iterator[tuple[MongoWireServer, LeaseStore, LeaseStore]]:
+    holder_store = connect(f"{private_mongo.url}&{FAST}")
+    rival_store = connect(f"{private_mongo.url}&{FAST}")
+    yield private_mongo, holder_store, rival_store
+    private_mongo.resume()
+    if private_mongo.proc is None:
+        private_mongo.start()
+    holder_store.close()
+    rival_store.close()
+
+
+def rival_acquire(rival: LeaseStore, key: str) -> bool:
+    """One attempt; a store still rediscovering the server counts as "not yet"."""
+    try:
+        return rival.acquire(key, "rival", 30, {}).granted
+    except StoreUnavailable:
+        return False
+
+
+def assert_still_held(holder: Holder, rival: LeaseStore, key: str) -> None:
+    assert not holder.lease.lost and not holder.lost_event.is_set()
+    holder.lease.check()
+    record = rival.get(key)
+    assert record is not None and record.state == "held"
+    assert (record.holder, record.token) == (holder.lease.holder, holder.lease.token)
+    assert not rival.acquire(key, "rival", 30, {}).granted
+
+
+def test_a_pause_inside_the_trust_window_keeps_the_lease(
+    stores: tuple[MongoWireServer, LeaseStore, LeaseStore], key: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server, store, rival = stores
+    holder = Holder(store, key, ttl=12.0, margin=1.2)  # trusted for 10.8 s after a renewal
+    holder.wait_for_renewal()
+    server.pause()
+    try:
+        until(lambda: renew_failures(caplog, key) >= 2, 9.0, "the heartbeat to retry")
+        assert not holder.lease.lost, "lost inside the trust window"
+        trusted_at_pause_end = holder.lease.trusted_until
+    finally:
+        server.resume()
+    until(lambda: holder.lease.trusted_until > trusted_at_pause_end, 20.0, "renewal after SIGCONT")
+    assert_still_held(holder, rival, key)
+    assert holder.lock.release(holder.lease)
+
+
+def test_a_restart_inside_the_trust_window_keeps_the_lease(
+    stores: tuple[MongoWireServer, LeaseStore, LeaseStore], key: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server, store, rival = stores
+    holder = Holder(store, key, ttl=40.0, margin=4.0)  # the restart itself takes seconds
+    holder.wait_for_renewal()
+    server.stop()
+    until(lambda: renew_failures(caplog, key) >= 1, 10.0, "a failed renewal while down")
+    assert not holder.lease.lost
+    trusted_before_restart = holder.lease.trusted_until
+    server.start()  # same port, same SQLite file
+    until(lambda: holder.lease.trusted_until > trusted_before_restart, 30.0,
+          "renewal after restart")
+    assert_still_held(holder, rival, key)
+    assert holder.lock.release(holder.lease)
+    taken = rival.acquire(key, "rival", 30, {}).record
+    assert taken is not None and taken.token == holder.lease.token + 1
+
+
+def test_a_pause_past_the_trust_window_loses_the_lease_before_the_store_expires_it(
+    stores: tuple[MongoWireServer, LeaseStore, LeaseStore], key: str,
+) -> None:
+    server, store, rival = stores
+    holder = Holder(store, key, ttl=4.0, margin=1.5)  # trust ends 1.5 s before the store's expiry
+    for _attempt in range(20):
+        trusted = holder.wait_for_renewal()
+        record = rival.get(key)  # the expiry the server set for the last renewal
+        server.pause()
+        if holder.lease.trusted_until == trusted:
+            break  # no renewal completed between the read and the pause
+        server.resume()
+    else:
+        pytest.fail("could not pause the server between two renewals")
+    try:
+        assert record is not None and record.expires_at is not None
+        assert holder.lost_event.wait(timeout=30), "the holder was never told it lost the lease"
+        assert holder.lease.lost and holder.lease.trusted_for() == 0.0
+        with pytest.raises(LeaseLost):
+            holder.lease.check()
+        assert holder.lost_at is not None
+        # Same host, same clock as the server's $$NOW: the holder gave up
+        # before the server could hand the lease to anyone.
+        assert holder.lost_at < record.expires_at, (holder.lost_at, record.expires_at)
+    finally:
+        server.resume()
+    until(lambda: rival_acquire(rival, key), 30.0, "the rival's grant")
+    taken = rival.get(key)
+    assert taken is not None and taken.holder == "rival" and taken.token == holder.lease.token + 1
+    assert not store.renew(key, holder.lease.holder, holder.lease.token, 4.0)
+    holder.lock.release(holder.lease)
