@@ -43,8 +43,8 @@ class ReleaseListener:
         once subscribed we ask ``is_free()`` once: a lease released in that gap
         still wakes us. Whichever thread holds the connection subscribes every
         pending channel before it reads, so no waiter starves behind a reader.
-        Connection trouble ends the wait with False; the caller's next acquire
-        reports it (or polling takes over)."""
+        Connection trouble makes this wait a plain sleep returning False: the
+        caller's next acquire reports an outage, or polling takes over."""
         deadline = time.monotonic() + timeout
         with self._cond:
             self._forget_after_fork()
@@ -78,9 +78,13 @@ class ReleaseListener:
                 if subscribe:
                     self._connection().subscribe(*subscribe)
                 self._read(min(remaining, READ_SLICE))
-            except Exception as exc:  # redis errors: drop the connection, let polling cover
+            except Exception as exc:  # redis errors: drop the connection, poll instead
                 log.debug("release listener on %s failed: %s", channel, exc)
                 self._reset()
+                # Sleep out the wait as a polling store would: a listener that
+                # cannot subscribe (say, an ACL without channel rights) must not
+                # turn the caller's wait loop into a busy loop.
+                time.sleep(max(0.0, deadline - time.monotonic()))
                 return False
             finally:
                 with self._cond:

@@ -86,7 +86,7 @@ local now = now_ms()
 redis.call('HDEL', KEYS[2], 'holder')
 redis.call('DEL', KEYS[1])
 push_event(KEYS[3], ARGV[3], tonumber(ARGV[2]), now, ARGV[4])
-redis.call('PUBLISH', ARGV[5], 'released')
+redis.pcall('PUBLISH', ARGV[5], 'released')  -- best effort: waiters also poll
 return 1
 """
 
@@ -101,7 +101,7 @@ redis.call('DEL', KEYS[1])
 local holder = 'null'
 if before[1] then holder = cjson.encode(before[1]) end
 push_event(KEYS[3], ARGV[1] .. ',"holder":' .. holder, before[2], now, ARGV[2])
-redis.call('PUBLISH', ARGV[3], 'released')
+redis.pcall('PUBLISH', ARGV[3], 'released')
 return before
 """
 
