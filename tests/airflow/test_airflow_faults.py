@@ -18,40 +18,33 @@ def started(record_dir: Path, dag_id: str) -> list[dict[str, Any]]:
     return [e for e in events(record_dir) if e["event"] == "start" and e["dag_id"] == dag_id]
 
 
-def test_lease_broken_from_outside_interrupts_the_callable_and_fails_the_try(
-        run_dags: Any, record_dir: Path) -> None:
+def test_broken_lease_and_sigterm_end_the_try_failed(run_dags: Any, record_dir: Path) -> None:
+    """One process (one Airflow start-up) runs three DAGs in turn: the lease of
+    the first two is broken from outside (``on_lost`` interrupt, then check);
+    the third gets SIGTERM, as the supervisor sends when a task is killed."""
     store = connect(os.environ["LEASE_STORE_URL"])
-    proc = run_dags("lt_loss", "lt_loss_check", name="loss")
+    proc = run_dags("lt_loss", "lt_loss_check", "lt_sigterm", name="faults")
     for dag_id in ("lt_loss", "lt_loss_check"):
         wait_until(lambda dag_id=dag_id: started(record_dir, dag_id), f"{dag_id} to start")
         before = store.force_release(f"airflow/{dag_id}/job", by="test operator")
         assert before is not None and before.held
 
-    results = proc.wait()
-    assert result_for(results, "lt_loss")["tasks"]["job"] == "failed"  # interrupt policy
-    assert result_for(results, "lt_loss_check")["tasks"]["job"] == "failed"  # check policy
-    assert not [e for e in events(record_dir) if e["event"] == "survived"]
-    out = proc.output()
-    assert "LeaseLost" in out and "lease 'airflow/lt_loss/job' (token 1) was lost" in out
-    assert "lease 'airflow/lt_loss_check/job' (token 1) was lost" in out
-    store.close()
-
-
-def test_sigterm_releases_the_lease_at_once_and_fails_the_try(run_dags: Any,
-                                                              record_dir: Path) -> None:
-    store = connect(os.environ["LEASE_STORE_URL"])
-    proc = run_dags("lt_sigterm", name="sigterm")
-    wait_until(lambda: started(record_dir, "lt_sigterm"), "the callable to start")
+    wait_until(lambda: started(record_dir, "lt_sigterm"), "lt_sigterm to start")
     assert store.get("airflow/lt_sigterm/job").held  # type: ignore[union-attr]
-
     proc.kill(signal.SIGTERM)
     # The ttl is 60 s: released well inside it means the handler released it.
     wait_until(lambda: not store.get("airflow/lt_sigterm/job").held,  # type: ignore[union-attr]
                "the lease to be released after SIGTERM", timeout=30)
+
     results = proc.wait()
+    assert result_for(results, "lt_loss")["tasks"]["job"] == "failed"  # interrupt policy
+    assert result_for(results, "lt_loss_check")["tasks"]["job"] == "failed"  # check policy
     assert result_for(results, "lt_sigterm")["tasks"]["job"] == "failed"
-    assert not [e for e in events(record_dir) if e["event"] == "end"]
-    assert "SIGTERM: releasing lease airflow/lt_sigterm/job (token 1)" in proc.output()
+    assert not [e for e in events(record_dir) if e["event"] in ("survived", "end")]
+    out = proc.output()
+    assert "LeaseLost" in out and "lease 'airflow/lt_loss/job' (token 1) was lost" in out
+    assert "lease 'airflow/lt_loss_check/job' (token 1) was lost" in out
+    assert "SIGTERM: releasing lease airflow/lt_sigterm/job (token 1)" in out
     store.close()
 
 
