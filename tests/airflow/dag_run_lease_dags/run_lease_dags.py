@@ -1,0 +1,95 @@
+"""DAGs for the DAG-run lease tests (run by a real scheduler and triggerer).
+
+Every work task appends its start and end (with run, token, pid) to
+``$RUN_LEASE_RECORD_DIR/events.jsonl``, and can be held at a gate: with
+``conf={"gate": {"build": "go-a"}}`` the run's ``build`` waits until the
+file ``go-a`` exists in the record dir. A task writes ``<run tag>-<task>.pid``
+(its pid and its parent's) so a test can kill its process.
+"""
+
+# ruff: noqa: SIM117  (the lease block reads best nested inside the DAG block)
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG, task
+
+from lease_integrations.airflow.dag_run_lease import dag_run_lease
+
+RECORD = Path(os.environ.get("RUN_LEASE_RECORD_DIR", "/tmp/run-lease-records"))
+TTL = 20.0
+GATE_WAIT = 240.0
+
+
+def _record(context: Any, event: str) -> None:
+    lease = context["lease"]
+    line = {"dag_id": context["ti"].dag_id, "run_id": context["ti"].run_id,
+            "task": context["ti"].task_id, "event": event, "token": lease.token,
+            "pid": os.getpid(), "at": time.time()}
+    with open(RECORD / "events.jsonl", "a") as out:
+        out.write(json.dumps(line) + "\n")
+
+
+def _work(context: Any) -> None:
+    """Record start, write a pid file, wait at the gate if the run has one, record end."""
+    ti = context["ti"]
+    _record(context, "start")
+    conf = context["dag_run"].conf or {}
+    tag = conf.get("tag", "run")
+    (RECORD / f"{tag}-{ti.task_id}.pid").write_text(f"{os.getpid()} {os.getppid()}")
+    gate = (conf.get("gate") or {}).get(ti.task_id)
+    if gate:
+        deadline = time.monotonic() + GATE_WAIT
+        while not (RECORD / gate).exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"gate {gate} never opened")
+            time.sleep(0.1)
+    _record(context, "end")
+
+
+def _three_tasks() -> None:
+    @task
+    def extract(**context: Any) -> None:
+        _work(context)
+
+    @task
+    def build(**context: Any) -> None:
+        _work(context)
+
+    @task
+    def swap(**context: Any) -> None:
+        _work(context)
+
+    extract() >> build() >> swap()
+
+
+# Two runs of this DAG (a backfill and a manual trigger) contend; the second waits, deferred.
+# end_date: only backfills and manual runs, never a scheduled run of "today".
+with DAG(dag_id="rl_rebuild", schedule="@daily", start_date=datetime(2026, 1, 1),
+         end_date=datetime(2026, 1, 3), catchup=False, default_args={"retries": 0}):
+    with dag_run_lease(lease_key="rl-index", lease_ttl=TTL, on_busy="wait", deferrable=True,
+                       poll_interval=1.0):
+        _three_tasks()
+
+# Shares the key and skips while it is held.
+with DAG(dag_id="rl_rebuild_skip", schedule=None, start_date=datetime(2026, 1, 1),
+         default_args={"retries": 0}):
+    with dag_run_lease(lease_key="rl-index", lease_ttl=TTL, on_busy="skip"):
+        _three_tasks()
+
+# Broken from outside mid-run.
+with DAG(dag_id="rl_broken", schedule=None, start_date=datetime(2026, 1, 1),
+         default_args={"retries": 0}):
+    with dag_run_lease(lease_key="rl-broken", lease_ttl=TTL, on_busy="fail"):
+        _three_tasks()
+
+# The worker of a run is SIGKILLed; the next run waits (on a worker) for the ttl.
+with DAG(dag_id="rl_crash", schedule=None, start_date=datetime(2026, 1, 1),
+         default_args={"retries": 0}):
+    with dag_run_lease(lease_key="rl-crash", lease_ttl=TTL, on_busy="wait", poll_interval=1.0):
+        _three_tasks()

@@ -1,0 +1,226 @@
+"""A real Airflow 3 installation in a temp dir: scheduler (LocalExecutor),
+dag processor, triggerer and api-server on 127.0.0.1, each a process this
+harness starts and stops by PID (and its process group, for the executor's
+workers). Runs are triggered and watched through the REST API, exactly as a
+user or an external system would.
+
+The components get their configuration through ``AIRFLOW__*`` variables in
+their own environment, never this process's, so the ``dag.test()`` tests that
+share the pytest session keep their own AIRFLOW_HOME.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+BIN = Path(sys.executable).parent
+COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
+START_WAIT = 240.0  # generous: two cores, other engineers' tests beside ours
+TERMINAL = ("success", "failed")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def poll(predicate: Any, what: str, timeout: float, interval: float = 0.25) -> Any:
+    """A bounded poll on something observable; the interval only paces it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+class AirflowCluster:
+    def __init__(self, home: Path, dags: Path, extra_env: dict[str, str] | None = None) -> None:
+        self.home = home
+        self.dags = dags
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.logs = home / "component-logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("AIRFLOW") and k != "LEASE_STORE_URL"}
+        env.update({
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "6",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base}/execution/",
+            "AIRFLOW__CORE__AUTH_MANAGER":
+                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(32),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "2",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
+            "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
+            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        })
+        env.update(extra_env or {})
+        self.env = env
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    # -- life cycle -------------------------------------------------------------
+    def start(self) -> AirflowCluster:
+        with open(self.logs / "db-migrate.out", "wb") as out:
+            subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=self.env, check=True,
+                           stdout=out, stderr=subprocess.STDOUT, timeout=START_WAIT)
+        for name in COMPONENTS:
+            self.start_component(name)
+        poll(self._healthy, "scheduler, triggerer and dag processor to report healthy", START_WAIT, 1.0)
+        return self
+
+    def start_component(self, name: str) -> None:
+        out = open(self.logs / f"{name}.out", "ab")  # noqa: SIM115 - the child owns it
+        self.procs[name] = subprocess.Popen(
+            [str(BIN / "airflow"), name], env=self.env, stdout=out, stderr=subprocess.STDOUT,
+            cwd=str(self.home), start_new_session=True,
+        )
+        out.close()
+
+    def kill_component(self, name: str) -> None:
+        """SIGKILL a component and the process group it leads (its children)."""
+        proc = self.procs.pop(name)
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait(30)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait(10)
+        self.procs.clear()
+
+    def started_pids(self) -> set[int]:
+        return {proc.pid for proc in self.procs.values()}
+
+    def _healthy(self) -> bool:
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                raise AssertionError(f"airflow {name} exited with {proc.returncode}:\n"
+                                     + self.tail(name))
+        try:
+            health = self.api("GET", "/api/v2/monitor/health")
+        except (OSError, AssertionError):
+            return False
+        return all((health.get(part) or {}).get("status") == "healthy"
+                   for part in ("metadatabase", "scheduler", "triggerer", "dag_processor"))
+
+    def triggerer_healthy(self) -> bool:
+        health = self.api("GET", "/api/v2/monitor/health")
+        return bool((health.get("triggerer") or {}).get("status") == "healthy")
+
+    def tail(self, name: str, lines: int = 80) -> str:
+        path = self.logs / f"{name}.out"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    # -- REST API -----------------------------------------------------------------
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as error:
+            detail = error.read().decode(errors="replace")
+            raise AssertionError(f"{method} {path}: HTTP {error.code}: {detail}") from None
+        return json.loads(raw) if raw else None
+
+    def wait_dag(self, dag_id: str, timeout: float = START_WAIT) -> None:
+        def parsed() -> bool:
+            try:
+                self.api("GET", f"/api/v2/dags/{dag_id}")
+            except AssertionError:
+                return False
+            return True
+
+        poll(parsed, f"DAG {dag_id} to be parsed", timeout, 0.5)
+        self.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None,
+                run_id: str | None = None) -> str:
+        body: dict[str, Any] = {"logical_date": None, "conf": conf or {}}
+        if run_id:
+            body["dag_run_id"] = run_id
+        run = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)
+        return str(run["dag_run_id"])
+
+    def backfill(self, dag_id: str, from_date: str, to_date: str,
+                 conf: dict[str, Any] | None = None) -> int:
+        backfill = self.api("POST", "/api/v2/backfills", {
+            "dag_id": dag_id, "from_date": from_date, "to_date": to_date,
+            "run_backwards": False, "dag_run_conf": conf or {}, "reprocess_behavior": "none",
+            "max_active_runs": 1,
+        })
+        return int(backfill["id"])
+
+    def runs(self, dag_id: str) -> list[dict[str, Any]]:
+        runs: list[dict[str, Any]] = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100")[
+            "dag_runs"]
+        return runs
+
+    def run_state(self, dag_id: str, run_id: str) -> str:
+        return str(self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"])
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float) -> str:
+        return str(poll(lambda: (s := self.run_state(dag_id, run_id)) in TERMINAL and s,
+                        f"run {run_id} of {dag_id} to end", timeout, 0.5))
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
+        tis = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")
+        return {ti["task_id"]: ti["state"] for ti in tis["task_instances"]}
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+        path = (f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/"
+                f"{try_number}?full_content=true")
+        content = self.api("GET", path).get("content")
+        if isinstance(content, list):
+            # Structured lines: keep every field (the exception's type is in error_detail).
+            return "\n".join(json.dumps(line) if isinstance(line, dict) else str(line)
+                             for line in content)
+        return str(content)
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)  # the group this harness created with start_new_session

@@ -1,0 +1,224 @@
+"""SLOW (about 4-6 minutes for the file): one lease for a whole DAG run,
+through Airflow's real scheduler (LocalExecutor), dag processor, triggerer and
+api-server, started once for the module in a temp AIRFLOW_HOME on 127.0.0.1.
+
+- a backfill run and a manual run of a three-task leased DAG overlap: the
+  manual run waits deferred, no task of one run overlaps the other's critical
+  section, tokens are ordered, and a DAG sharing the key skips its whole run
+  with a log naming the holder; the first run keeps its lease past its ttl
+  while its task waits (the keeper renews from the triggerer);
+- the lease broken from outside mid-run: the running task is interrupted, the
+  next does not start, the run ends failed;
+- the worker running a task (and the triggerer) SIGKILLed: after the ttl
+  another run takes the lease, and the dead run's teardown leaves it alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scheduler_harness import AirflowCluster, poll
+
+from lease_integrations import LeaseRecord, LeaseStore, connect
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+DAGS = Path(__file__).resolve().parent / "dag_run_lease_dags"
+TTL = 20.0  # as in the DAG file
+RUN_WAIT = 240.0
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("run-lease-records")
+
+
+@pytest.fixture(scope="module")
+def store_url(records: Path) -> str:
+    return f"sqlite://{records}/leases.db"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, records: Path,
+            store_url: str) -> Iterator[AirflowCluster]:
+    home = tmp_path_factory.mktemp("run-lease-airflow-home")
+    airflow = AirflowCluster(home, DAGS, {
+        "RUN_LEASE_RECORD_DIR": str(records),
+        "LEASE_STORE_URL": store_url,
+        # A dead triggerer's triggers move to a live one only after this: longer
+        # than the ttl, so the crash test's dead run cannot renew in time.
+        "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "30",
+    })
+    try:
+        airflow.start()
+        for dag_id in ("rl_rebuild", "rl_rebuild_skip", "rl_broken", "rl_crash"):
+            airflow.wait_dag(dag_id)
+        yield airflow
+    finally:
+        airflow.stop()
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[LeaseStore]:
+    s = connect(store_url)
+    yield s
+    s.close()
+
+
+def events(records: Path) -> list[dict[str, Any]]:
+    path = records / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_events(records: Path, run_id: str) -> list[dict[str, Any]]:
+    return [e for e in events(records) if e["run_id"] == run_id]
+
+
+def started(records: Path, run_id: str, task: str) -> bool:
+    return any(e["task"] == task and e["event"] == "start" for e in run_events(records, run_id))
+
+
+def lease_span(store: LeaseStore, key: str, token: int) -> tuple[float, float]:
+    """When the store granted and released ``token`` (the store's clock)."""
+    history = [e for e in store.history(key, limit=100) if e.token == token]
+    acquired = [e.at.timestamp() for e in history if e.kind == "acquired"]
+    released = [e.at.timestamp() for e in history if e.kind == "released"]
+    assert acquired and released, f"token {token} of {key}: {history}"
+    return acquired[0], released[-1]
+
+
+def current(store: LeaseStore, key: str) -> LeaseRecord:
+    record = store.get(key)
+    assert record is not None
+    return record
+
+
+def test_backfill_and_manual_run_never_interleave(cluster: AirflowCluster, records: Path,
+                                                  store: LeaseStore) -> None:
+    key = "rl-index"
+    cluster.backfill("rl_rebuild", "2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z",
+                     conf={"tag": "a", "gate": {"build": "go-a"}})
+    run_a = poll(lambda: next((r["dag_run_id"] for r in cluster.runs("rl_rebuild")
+                               if r["run_type"] == "backfill"), None),
+                 "the backfill's run", RUN_WAIT)
+    poll(lambda: started(records, run_a, "build"), "the backfill run's build to start", RUN_WAIT)
+    held = current(store, key)
+    token_a = held.token
+    assert held.held and held.meta["run_id"] == run_a and held.meta["run_type"] == "backfill"
+
+    run_b = cluster.trigger("rl_rebuild", {"tag": "b"})
+    run_s = cluster.trigger("rl_rebuild_skip", {"tag": "s"})
+    poll(lambda: cluster.task_states("rl_rebuild", run_b).get("dag_run_lease_acquire")
+         == "deferred", "the manual run to wait for the lease, deferred", RUN_WAIT)
+    assert cluster.wait_run("rl_rebuild_skip", run_s, RUN_WAIT) == "success"
+    skipped = cluster.task_states("rl_rebuild_skip", run_s)
+    assert {skipped[t] for t in ("dag_run_lease_acquire", "extract", "build", "swap",
+                                 "dag_run_lease_keeper")} == {"skipped"}, skipped
+    skip_log = cluster.task_log("rl_rebuild_skip", run_s, "dag_run_lease_acquire")
+    assert "skipping the whole run" in skip_log and held.holder in skip_log
+    assert f"run_id={run_a}" in skip_log
+
+    # The backfill run's task waits past the ttl: only the keeper's renewals
+    # (from the triggerer) can have kept the lease alive this long.
+    poll(lambda: (r := current(store, key)).held and r.token == token_a and r.renewed_at
+         and r.acquired_at and (r.renewed_at - r.acquired_at).total_seconds() > TTL,
+         "the backfill run's lease to outlive its ttl", RUN_WAIT, 1.0)
+    assert cluster.task_states("rl_rebuild", run_a)["dag_run_lease_keeper"] == "deferred"
+    assert not run_events(records, run_b), "the manual run started work without the lease"
+
+    (records / "go-a").touch()
+    assert cluster.wait_run("rl_rebuild", run_a, RUN_WAIT) == "success"
+    assert cluster.wait_run("rl_rebuild", run_b, RUN_WAIT) == "success"
+    for run in (run_a, run_b):
+        assert set(cluster.task_states("rl_rebuild", run).values()) == {"success"}
+
+    ev_a, ev_b = run_events(records, run_a), run_events(records, run_b)
+    assert [(e["task"], e["event"]) for e in ev_a] == [(e["task"], e["event"]) for e in ev_b] == [
+        ("extract", "start"), ("extract", "end"), ("build", "start"), ("build", "end"),
+        ("swap", "start"), ("swap", "end")]
+    token_b = ev_b[0]["token"]
+    assert {e["token"] for e in ev_a} == {token_a} and {e["token"] for e in ev_b} == {token_b}
+    assert token_b > token_a
+    # Each run's work lies inside its own lease, and the leases do not overlap.
+    acq_a, rel_a = lease_span(store, key, token_a)
+    acq_b, rel_b = lease_span(store, key, token_b)
+    assert acq_a <= min(e["at"] for e in ev_a) and max(e["at"] for e in ev_a) <= rel_a
+    assert rel_a <= acq_b
+    assert acq_b <= min(e["at"] for e in ev_b) and max(e["at"] for e in ev_b) <= rel_b
+    assert current(store, key).holder is None
+
+
+def test_lease_broken_mid_run_fails_the_run(cluster: AirflowCluster, records: Path,
+                                            store: LeaseStore) -> None:
+    key = "rl-broken"
+    run = cluster.trigger("rl_broken", {"tag": "x", "gate": {"build": "go-never"}})
+    poll(lambda: started(records, run, "build"), "build to start", RUN_WAIT)
+    before = store.force_release(key, by="test-operator")
+    assert before is not None and before.meta["run_id"] == run
+
+    assert cluster.wait_run("rl_broken", run, RUN_WAIT) == "failed"
+    states = cluster.task_states("rl_broken", run)
+    assert states["extract"] == "success"
+    assert states["build"] == "failed"  # interrupted while it waited at its gate
+    assert states["swap"] == "upstream_failed"
+    assert states["dag_run_lease_keeper"] == "failed"
+    assert states["dag_run_lease_release"] == "success"
+    assert not started(records, run, "swap")
+    assert not any(e["task"] == "build" and e["event"] == "end" for e in run_events(records, run))
+    assert "LeaseLost" in cluster.task_log("rl_broken", run, "build")
+    keeper_log = cluster.task_log("rl_broken", run, "dag_run_lease_keeper")
+    assert "broken from outside by test-operator" in keeper_log
+    release_log = cluster.task_log("rl_broken", run, "dag_run_lease_release")
+    assert "no longer this run's" in release_log
+
+
+def test_sigkilled_worker_lease_expires_and_dead_teardown_leaves_it(
+        cluster: AirflowCluster, records: Path, store: LeaseStore) -> None:
+    key = "rl-crash"
+    run_a = cluster.trigger("rl_crash", {"tag": "crash-a", "gate": {"build": "go-never"}})
+    pid_file = records / "crash-a-build.pid"
+    poll(pid_file.exists, "the doomed task's pid file", RUN_WAIT)
+    task_pid, worker_pid = (int(p) for p in pid_file.read_text().split())
+    held = current(store, key)
+    assert held.held and held.meta["run_id"] == run_a
+    assert worker_pid not in cluster.started_pids() and task_pid not in cluster.started_pids()
+
+    # The host dies: the triggerer (the keeper's renewals) and the worker
+    # (supervisor and task). A new triggerer comes up at once; it cannot adopt
+    # the dead one's trigger before its health threshold (30 s) > ttl.
+    cluster.kill_component("triggerer")
+    os.kill(worker_pid, signal.SIGKILL)
+    os.kill(task_pid, signal.SIGKILL)
+    cluster.start_component("triggerer")
+
+    run_b = cluster.trigger("rl_crash", {"tag": "crash-b", "gate": {"build": "go-b"}})
+    poll(lambda: started(records, run_b, "build"), "the next run to get the lease and work",
+         RUN_WAIT)
+    record_b = current(store, key)
+    assert record_b.token > held.token and record_b.meta["run_id"] == run_b
+    # Nobody released the dead run's lease: it expired (no "released" event for its token).
+    assert not [e for e in store.history(key, limit=100)
+                if e.token == held.token and e.kind in ("released", "broken")]
+
+    # The dead run ends failed; its teardown runs but leaves run B's lease alone.
+    assert cluster.wait_run("rl_crash", run_a, RUN_WAIT) == "failed"
+    states_a = cluster.task_states("rl_crash", run_a)
+    assert states_a["build"] == "failed" and states_a["swap"] == "upstream_failed"
+    assert states_a["dag_run_lease_release"] == "success"
+    assert "no longer this run's" in cluster.task_log("rl_crash", run_a, "dag_run_lease_release")
+    after = current(store, key)
+    assert after.held and after.holder == record_b.holder and after.token == record_b.token
+    assert not [e for e in store.history(key, limit=100)
+                if e.token == held.token and e.kind == "released"]
+
+    (records / "go-b").touch()
+    assert cluster.wait_run("rl_crash", run_b, RUN_WAIT) == "success"
+    assert current(store, key).holder is None
