@@ -24,13 +24,15 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "Lease Integrations",
-                "python-modules": ["lease_integrations.airflow.operator"],
+                "python-modules": ["lease_integrations.airflow.operator",
+                                   "lease_integrations.airflow.run_lease_tasks"],
             }
         ],
         "triggers": [
             {
                 "integration-name": "Lease Integrations",
-                "python-modules": ["lease_integrations.airflow.trigger"],
+                "python-modules": ["lease_integrations.airflow.trigger",
+                                   "lease_integrations.airflow.keeper_trigger"],
             }
         ],
         "task-decorators": [
