@@ -5,6 +5,7 @@ real SQLite store (its ``run()`` is an ordinary async generator)."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from datetime import datetime
 from pathlib import Path
@@ -158,3 +159,20 @@ def test_keeper_reports_a_takeover_as_lost(tmp_path: Path) -> None:
         assert event["reason"] == f"taken over with token {taken.record.token} by dagrun:other"
         record = store.get("taken")
         assert record is not None and record.holder == "dagrun:other" and record.held
+
+
+def test_keeper_gives_up_when_the_store_stays_unreachable(tmp_path: Path) -> None:
+    """A real fault: another connection holds the SQLite file's write lock, so
+    every renewal times out; past the trust window the keeper reports the loss."""
+    path = tmp_path / "leases.db"
+    url = f"sqlite://{path}?timeout=0.2"
+    with connect(url) as store:
+        trigger = _trigger(url, store, "down", ttl=2.0)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN EXCLUSIVE")
+        event = asyncio.run(asyncio.wait_for(_first_event(trigger), 30))
+    finally:
+        blocker.close()
+    assert event["status"] == "lost"
+    assert "store unreachable until the trust window closed" in event["reason"]
