@@ -176,3 +176,17 @@ def test_keeper_gives_up_when_the_store_stays_unreachable(tmp_path: Path) -> Non
         blocker.close()
     assert event["status"] == "lost"
     assert "store unreachable until the trust window closed" in event["reason"]
+
+
+def test_the_example_dag_imports_and_guards_its_three_tasks() -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    example = Path(__file__).resolve().parents[2] / "example_dags" / "index_rebuild_dag_run_lease.py"
+    bag = DagBag(dag_folder=str(example))
+    assert bag.import_errors == {}
+    dag = bag.dags["index_rebuild_dag_run_lease"]
+    assert set(dag.task_dict) == {"extract", "build", "swap", "dag_run_lease_acquire",
+                                  "dag_run_lease_keeper", "dag_run_lease_release"}
+    assert dag.task_dict["extract"].upstream_task_ids == {"dag_run_lease_acquire"}
+    assert "swap" in dag.task_dict["dag_run_lease_release"].upstream_task_ids
+    assert all(dag.task_dict[t]._pre_execute_hook is not None for t in ("extract", "build", "swap"))
