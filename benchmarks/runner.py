@@ -44,6 +44,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--stores", nargs="+", choices=("sqlite", "postgres", "mongo"),
                    help="stores for the 'stores' and 'handover' sections (default: all)")
     p.add_argument("--runs", type=int, help="runs per figure (median); default 5, quick 3")
+    p.add_argument("--dag-run", action="store_true",
+                   help="also run the Airflow DAG-run lease latency script (several minutes)")
     p.add_argument("--json", type=Path, help="write results here (default benchmarks/results/)")
     args = p.parse_args(argv)
     if args.runs is not None and args.runs < 1:
@@ -173,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             res["many_keys"] = results_m
             show(many_table(results_m))
     if "orchestrators" in sections:
-        results_o = orchestrators.run(quick, log)
+        results_o = orchestrators.run(quick, log, dag_run=args.dag_run)
         res["orchestrators"] = results_o
         show(orch_table(results_o))
 
