@@ -178,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         results_o = orchestrators.run(quick, log, dag_run=args.dag_run)
         res["orchestrators"] = results_o
         show(orch_table(results_o))
+        for r in results_o:
+            if r.get("output"):
+                show(f"{r['name']} ({r.get('note')})\n{r['output']}\n")
 
     if "extras" in sections:
         hist = extras.history_cost(quick, log)
