@@ -53,6 +53,9 @@ def test_randomised_soak(soak: Scenario) -> None:
     try:
         for _ in range(WORKERS):
             spawn()
+        # the fault clock starts once every worker runs (imports are slow on a busy machine)
+        soak.wait_for(lambda events: sum(e["ev"] == "started" for e in events) >= WORKERS, 120,
+                      "every worker to start")
         stop_at = time.monotonic() + seconds
         while time.monotonic() < stop_at:
             time.sleep(rng.uniform(0.2, 0.8))  # the time between faults is the soak's own dice

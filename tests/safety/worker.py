@@ -74,11 +74,19 @@ def main() -> None:
     if args.clock_offset:
         shift_wall_clock(args.clock_offset)
     log = EventLog(args.log, worker=args.worker, pid=os.getpid())
-    store = connect(args.url)
+    stop_at = time.monotonic() + args.seconds
+    while True:  # a fault may hit while we connect: that is a store error, not a crash
+        try:
+            store = connect(args.url)
+            break
+        except StoreUnavailable as exc:
+            log.write("store_error", error=str(exc))
+            if time.monotonic() > stop_at:
+                raise
+            time.sleep(0.1)
     lock = LeaseLock(store, args.key, ttl=args.ttl, on_lost=args.policy)
     ledger = sqlite3.connect(args.ledger, isolation_level=None, timeout=30)
     log.write("started")
-    stop_at = time.monotonic() + args.seconds
     grants = 0
     while grants < args.grants and time.monotonic() < stop_at:
         try:
