@@ -92,8 +92,7 @@ class MongoStore(LeaseStore):
         self._options = dict(client_options or {})
         self._lock = threading.Lock()
         self._client: tuple[int, MongoClient[dict[str, Any]]] | None = None
-        # Fail at connect, not mid-job; the index serves history() and trimming.
-        self._call(lambda c: self._events(c).create_index([("key", 1), ("at", -1), ("_id", -1)]))
+        self._call(self._prepare)  # fail at connect, not mid-job
 
     # -- construction ------------------------------------------------------------
     @classmethod
@@ -149,6 +148,16 @@ class MongoStore(LeaseStore):
                 self._client = (os.getpid(), client)
             return self._client[1][self.database][self.collection_name]
 
+    def _prepare(self, leases: Any) -> None:
+        """The index that serves history() and trimming; a user allowed to
+        read and write but not to create indexes still gets a working store."""
+        try:
+            self._events(leases).create_index([("key", 1), ("at", -1), ("_id", -1)])
+        except OperationFailure as exc:
+            if exc.code != 13:  # Unauthorized
+                raise
+            leases.database.command("ping")
+
     def _call(self, op: Any) -> Any:
         try:
             return op(self._collection())
@@ -156,8 +165,10 @@ class MongoStore(LeaseStore):
             raise
         except OperationFailure as exc:
             detail = str(exc.details.get("errmsg") if exc.details else exc)
-            if exc.code in (18, 13) or "auth" in detail.lower():
+            if exc.code == 18 or "authentication failed" in detail.lower():
                 detail += "; check the user and password in the store URL"
+            elif exc.code == 13:
+                detail += "; the user needs read and write access to the lease collections"
             raise StoreUnavailable(f"MongoDB refused: {detail}", url=self.url) from None
         except PyMongoError as exc:
             detail = " ".join(str(exc).split())[:500]

@@ -35,7 +35,7 @@ from ._pg_pool import Pool, watchdog
 #: Table names: plain identifiers only, short enough for the "_events" suffix.
 TABLE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,49}")
 #: libpq parameters passed through from the URL's query string.
-LIBPQ_OPTIONS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "application_name",
+LIBPQ_OPTIONS = ("host", "sslmode", "sslrootcert", "sslcert", "sslkey", "application_name",
                  "target_session_attrs")
 OPTIONS: dict[str, type] = {"table": str, "connect_timeout": float, "statement_timeout": float,
                             **{name: str for name in LIBPQ_OPTIONS}}
@@ -203,8 +203,6 @@ class PostgresStore(LeaseStore):
                 f"unknown PostgreSQL store options {sorted(unknown)} for {mask_url(url)!r} "
                 f"(known: {', '.join(sorted(OPTIONS))})")
         opts.update(options)
-        if not parts.hostname and "host" not in parts.query:
-            raise ConfigurationError(f"PostgreSQL URL {mask_url(url)!r} names no host")
         base = urlunsplit(("postgresql", parts.netloc, parts.path, "", ""))
         libpq = {k: str(opts.pop(k)) for k in LIBPQ_OPTIONS if k in opts}
         return cls(base, libpq=libpq, url=url, **opts)  # type: ignore[arg-type]
@@ -312,6 +310,8 @@ class PostgresStore(LeaseStore):
 
     # -- protocol ---------------------------------------------------------------------
     def acquire(self, key: str, holder: str, ttl: float, meta: Mapping[str, Any]) -> AcquireResult:
+        if len(self._busy_since) > 10_000:  # only recent attempts matter to a waiter
+            self._busy_since.clear()
         self._busy_since[(threading.get_ident(), key)] = self._busy_since[(None, key)] = \
             time.monotonic()
         rows = self._run("acquire", {"key": key, "holder": holder, "ttl": float(ttl),
