@@ -1,13 +1,42 @@
-"""Small helpers the console tests share: table parsing and bounded polls."""
+"""Helpers the console tests share: the leasectl runner, table parsing, bounded polls."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
+
+#: The console script the package installs; ``-m`` only where it is missing.
+SCRIPT = Path(sys.executable).parent / "leasectl"
+COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "lease_integrations.cli"]
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+Leasectl = Callable[..., Result]
+
+
+def run_leasectl(*args: str, env: dict[str, str] | None = None) -> Result:
+    """Run leasectl with a clean environment: no inherited LEASE_STORE_URL
+    unless the test sets one."""
+    full_env = {k: v for k, v in os.environ.items() if k != "LEASE_STORE_URL"}
+    full_env.update(env or {})
+    proc = subprocess.run([*COMMAND, *args], capture_output=True, text=True, timeout=120,
+                          env=full_env, stdin=subprocess.DEVNULL)
+    return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
 def table_rows(text: str, header_start: str) -> list[dict[str, str]]:

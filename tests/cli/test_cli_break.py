@@ -12,8 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_helpers import poll, table_rows
-from conftest import Leasectl
+from cli_helpers import Leasectl, poll, table_rows
 
 from lease_integrations import LeaseStore, connect
 

@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from conftest import Leasectl
+from cli_helpers import Leasectl
 
 from lease_integrations import connect
 from lease_integrations.console import exits

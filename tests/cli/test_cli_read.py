@@ -7,8 +7,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from cli_helpers import poll, table_rows
-from conftest import Leasectl
+from cli_helpers import Leasectl, poll, table_rows
 
 from lease_integrations import LeaseLock, LeaseStore, connect
 
