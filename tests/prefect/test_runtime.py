@@ -67,15 +67,20 @@ def test_current_lease_in_async_flow_and_tasks() -> None:
     assert asyncio.run(with_async_tasks()) == (1, 1, 1)
 
 
-def test_the_run_is_tagged_and_has_an_artifact_naming_key_and_token() -> None:
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_the_run_is_tagged_and_has_an_artifact_naming_key_and_token(is_async: bool) -> None:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
-    @leased_flow(key="shown-in-ui", store=_memory(), ttl=5)
     def shown() -> int:
         return current_lease().token
 
-    state = shown(return_state=True)
+    async def shown_async() -> int:
+        return current_lease().token
+
+    leased = leased_flow(key="shown-in-ui", store=_memory(), ttl=5)(
+        shown_async if is_async else shown)
+    state = asyncio.run(leased(return_state=True)) if is_async else leased(return_state=True)
     run_id = state.state_details.flow_run_id
     with get_client(sync_client=True) as client:
         run = client.read_flow_run(run_id)
