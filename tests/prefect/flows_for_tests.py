@@ -142,3 +142,12 @@ def deployed(label: str = "") -> dict[str, Any]:
         json.dumps({"token": lease.token, "meta": lease.meta, "label": label})
     )
     return {"token": lease.token}
+
+
+@leased_flow(key="deployed", ttl=TTL, on_busy="skip")
+async def deployed_async(label: str = "") -> dict[str, Any]:
+    lease = current_lease()
+    (coord_dir() / f"deployed-{_run_name()}.json").write_text(
+        json.dumps({"token": lease.token, "meta": lease.meta, "label": label})
+    )
+    return {"token": lease.token}

@@ -5,6 +5,8 @@ lease is taken inside the flow function."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import os
 import subprocess
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import flows_for_tests as ff
+import pytest
 from conftest import HERE, wait_until
 
 from lease_integrations import LeaseLock, connect
@@ -69,22 +72,29 @@ def test_served_deployment_runs_take_the_lease(
         log.close()
 
 
+@pytest.mark.parametrize("flow_name", ["deployed", "deployed_async"])
 def test_engine_run_of_a_created_flow_run_takes_the_lease(
-    prefect_api: str, coord: Path, lease_url: str
+    prefect_api: str, coord: Path, lease_url: str, flow_name: str
 ) -> None:
     """What a worker does: create the run through the API, then hand it to
     the flow engine, which calls ``flow.fn`` directly."""
     from prefect.client.orchestration import get_client
     from prefect.flow_engine import run_flow
 
+    flow = getattr(ff, flow_name)
+
+    def engine(run: Any) -> Any:
+        outcome = run_flow(flow, flow_run=run, return_type="state")
+        return asyncio.run(outcome) if inspect.isawaitable(outcome) else outcome
+
     with get_client(sync_client=True) as client:
-        busy_run = client.create_flow_run(ff.deployed, parameters={"label": "engine-busy"})
-        free_run = client.create_flow_run(ff.deployed, parameters={"label": "engine-free"})
+        busy_run = client.create_flow_run(flow, parameters={"label": "engine-busy"})
+        free_run = client.create_flow_run(flow, parameters={"label": "engine-free"})
     lock = LeaseLock(connect(lease_url), "deployed", ttl=3.0)
     with lock.hold() as held:
-        busy = run_flow(ff.deployed, flow_run=busy_run, return_type="state")
+        busy = engine(busy_run)
     assert busy.is_cancelled() and held.holder in (busy.message or "")
-    free = run_flow(ff.deployed, flow_run=free_run, return_type="state")
+    free = engine(free_run)
     assert free.is_completed()
     (record_file,) = coord.glob("deployed-*.json")
     assert json.loads(record_file.read_text())["meta"]["flow_run_id"] == str(free_run.id)
