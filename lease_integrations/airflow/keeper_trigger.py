@@ -13,6 +13,11 @@ schedule, and it ends in one of two ways:
 - ``lost``: a renewal was refused for any other reason (broken from outside,
   expired, taken over), or the store stayed unreachable until the trust window
   (start of the last successful renewal + ttl - margin) closed.
+
+Between renewals it reads the record every ``poll_interval`` (or is woken by a
+notifying store), so the end of the run is seen within about a second rather
+than at the next renewal. It ends the keeper task itself (``TaskSuccessEvent``
+or ``TaskFailedEvent``), so not even the end takes a worker slot.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
 from lease_integrations import LeaseStore, connect
 
@@ -33,10 +38,12 @@ HISTORY_DEPTH = 50
 
 
 class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
-    """Fires ``{"status": "released" | "lost", "reason": ..., "renewals": n}``."""
+    """Ends the keeper task: success once the run released its lease, failure
+    once the lease is lost. ``outcome`` holds (status, reason, renewals)."""
 
     def __init__(self, lease_key: str, holder: str, token: int, ttl: float, heartbeat: float,
-                 lease_conn_id: str, store_url: str | None = None) -> None:
+                 lease_conn_id: str, store_url: str | None = None,
+                 poll_interval: float = 1.0) -> None:
         super().__init__()
         self.lease_key = lease_key
         self.holder = holder
@@ -45,13 +52,15 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
         self.heartbeat = float(heartbeat)
         self.lease_conn_id = lease_conn_id
         self.store_url = store_url  # set only when it carries no password
+        self.poll_interval = float(poll_interval)
+        self.outcome: tuple[str, str, int] | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {"lease_key": self.lease_key, "holder": self.holder, "token": self.token,
              "ttl": self.ttl, "heartbeat": self.heartbeat, "lease_conn_id": self.lease_conn_id,
-             "store_url": self.store_url},
+             "store_url": self.store_url, "poll_interval": self.poll_interval},
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -61,11 +70,15 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
             status, reason, renewals = await self._keep(store)
         finally:
             await asyncio.to_thread(store.close)
-        log = self.log.info if status == "released" else self.log.error
-        log("run lease %s (token %s) %s after %d renewals: %s", self.lease_key, self.token,
-            status, renewals, reason)
-        yield TriggerEvent({"status": status, "reason": reason, "renewals": renewals,
-                            "key": self.lease_key, "token": self.token})
+        self.outcome = (status, reason, renewals)
+        if status == "released":
+            self.log.info("run lease %s (token %s) released by the run after %d renewals: %s",
+                          self.lease_key, self.token, renewals, reason)
+            yield TaskSuccessEvent()
+        else:
+            self.log.error("run lease %s (token %s) lost after %d renewals: %s", self.lease_key,
+                           self.token, renewals, reason)
+            yield TaskFailedEvent()
 
     async def _keep(self, store: LeaseStore) -> tuple[str, str, int]:
         margin = self.ttl / 10
@@ -95,7 +108,26 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
                 return (*await asyncio.to_thread(self._why_refused, store), renewals)
             renewals += 1
             trusted_until = started + self.ttl - margin
-            await asyncio.sleep(max(0.0, started + self.heartbeat - time.monotonic()))
+            if await self._gone_before(store, started + self.heartbeat):
+                return (*await asyncio.to_thread(self._why_refused, store), renewals)
+
+    async def _gone_before(self, store: LeaseStore, due: float) -> bool:
+        """Watch the record until the next renewal is due; True as soon as it is
+        no longer ours (released by the teardown, broken, taken). A failed read
+        is left to the next renewal, which owns the trust window."""
+        while (left := due - time.monotonic()) > 0:
+            wait = min(self.poll_interval, left)
+            if store.notifies:
+                await asyncio.to_thread(store.wait_for_release, self.lease_key, wait)
+            else:
+                await asyncio.sleep(wait)
+            try:
+                record = await asyncio.to_thread(store.get, self.lease_key)
+            except Exception:
+                continue
+            if record is None or record.holder != self.holder or record.token != self.token:
+                return True
+        return False
 
     def _why_refused(self, store: LeaseStore) -> tuple[str, str]:
         """A refused renewal is the end either way; the history says which end."""

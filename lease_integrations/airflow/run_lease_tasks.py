@@ -150,6 +150,8 @@ class KeepDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
         )
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> None:
+        """Not reached in normal operation (the trigger ends this task itself with
+        a success or failure event); kept so a plain event still ends it right."""
         event = event or {}
         key, token = event.get("key", "?"), event.get("token")
         if event.get("status") == "released":

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from airflow.sdk import DAG, task
+from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent
 
 from lease_integrations import ConfigurationError, LeaseStore, connect
 from lease_integrations.airflow.dag_run_lease import dag_run_lease, with_dag_run_lease
@@ -93,9 +94,13 @@ def _trigger(url: str, store: LeaseStore, key: str, ttl: float = 2.0) -> DagRunL
 
 
 async def _first_event(trigger: DagRunLeaseKeeperTrigger) -> dict[str, Any]:
+    """The trigger's one event (it ends the keeper task itself), with its outcome."""
     async for event in trigger.run():
-        payload: dict[str, Any] = event.payload
-        return payload
+        assert trigger.outcome is not None
+        status, reason, renewals = trigger.outcome
+        expected = TaskSuccessEvent if status == "released" else TaskFailedEvent
+        assert isinstance(event, expected), (event, trigger.outcome)
+        return {"status": status, "reason": reason, "renewals": renewals}
     raise AssertionError("the trigger ended without an event")
 
 

@@ -8,7 +8,8 @@ api-server, started once for the module in a temp AIRFLOW_HOME on 127.0.0.1.
   with a log naming the holder; the first run keeps its lease past its ttl
   while its task waits (the keeper renews from the triggerer);
 - the lease broken from outside mid-run: the running task is interrupted, the
-  next does not start, the run ends failed;
+  next does not start, the run ends failed; broken between two tasks: the next
+  task refuses to start;
 - the worker running a task (and the triggerer) SIGKILLed: after the ttl
   another run takes the lease, and the dead run's teardown leaves it alone.
 """
@@ -57,7 +58,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, records: Path,
     })
     try:
         airflow.start()
-        for dag_id in ("rl_rebuild", "rl_rebuild_skip", "rl_broken", "rl_crash"):
+        for dag_id in ("rl_rebuild", "rl_rebuild_skip", "rl_broken", "rl_between", "rl_crash"):
             airflow.wait_dag(dag_id)
         yield airflow
     finally:
@@ -160,9 +161,23 @@ def test_lease_broken_mid_run_fails_the_run(cluster: AirflowCluster, records: Pa
                                             store: LeaseStore) -> None:
     key = "rl-broken"
     run = cluster.trigger("rl_broken", {"tag": "x", "gate": {"build": "go-never"}})
+    between = cluster.trigger("rl_between", {"tag": "between"})
     poll(lambda: started(records, run, "build"), "build to start", RUN_WAIT)
     before = store.force_release(key, by="test-operator")
     assert before is not None and before.meta["run_id"] == run
+
+    # Between tasks: broken while only the unguarded pause runs; the next
+    # guarded task checks the record at its start and refuses to run.
+    poll((records / "between-pause.started").exists, "rl_between's pause to start", RUN_WAIT)
+    assert store.force_release("rl-between", by="test-operator") is not None
+    (records / "go-between").touch()
+    assert cluster.wait_run("rl_between", between, RUN_WAIT) == "failed"
+    states = cluster.task_states("rl_between", between)
+    assert states["pause"] == "success" and states["after"] == "failed", states
+    assert states["dag_run_lease_keeper"] == "failed"
+    assert not run_events(records, between), "a guarded task started without the lease"
+    after_log = cluster.task_log("rl_between", between, "after")
+    assert "not starting: the run's lease rl-between" in after_log and "LeaseLost" in after_log
 
     assert cluster.wait_run("rl_broken", run, RUN_WAIT) == "failed"
     states = cluster.task_states("rl_broken", run)

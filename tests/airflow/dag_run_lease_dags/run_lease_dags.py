@@ -93,3 +93,26 @@ with DAG(dag_id="rl_crash", schedule=None, start_date=datetime(2026, 1, 1),
          default_args={"retries": 0}):
     with dag_run_lease(lease_key="rl-crash", lease_ttl=TTL, on_busy="wait", poll_interval=1.0):
         _three_tasks()
+
+# Broken between two tasks: ``pause`` is outside the lease block (unguarded), so
+# the break lands while no guarded task runs; ``after`` must then refuse to start.
+with DAG(dag_id="rl_between", schedule=None, start_date=datetime(2026, 1, 1),
+         default_args={"retries": 0}):
+    with dag_run_lease(lease_key="rl-between", lease_ttl=TTL, on_busy="fail") as lease:
+
+        @task
+        def after(**context: Any) -> None:
+            _work(context)
+
+        guarded = after()
+
+    @task
+    def pause(**context: Any) -> None:
+        (RECORD / "between-pause.started").touch()
+        deadline = time.monotonic() + GATE_WAIT
+        while not (RECORD / "go-between").exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError("gate go-between never opened")
+            time.sleep(0.1)
+
+    lease.acquire >> pause() >> guarded
