@@ -72,6 +72,18 @@ class Result:
     def throughput(self) -> float:
         return statistics.median(t.throughput for t in self.trials)
 
+    def paired_ratios(self, base: Result) -> list[float]:
+        """Run i of this contender over run i of ``base``: both ran back to back
+        in the same round, so the ratio cancels most of the load drift."""
+        return [t.cycles_per_s / b.cycles_per_s for t, b in zip(self.trials, base.trials)]
+
+    def ratio_to(self, base: Result) -> float:
+        return statistics.median(self.paired_ratios(base))
+
+    def ratio_range(self, base: Result) -> tuple[float, float]:
+        ratios = self.paired_ratios(base)
+        return min(ratios), max(ratios)
+
     def as_json(self) -> dict[str, Any]:
         return {
             "name": self.name, "floor": self.floor, "note": self.note,

@@ -56,7 +56,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def _cycle_rows(results: list[Result], base: Result | None, floor: Result | None) -> list[list[Any]]:
     rows = []
     for r in results:
-        ratio = r.cycles_per_s / base.cycles_per_s if base and not r.floor else None
+        ratio = r.ratio_to(base) if base and not r.floor else None
         vs_floor = r.acquire_us / floor.acquire_us if floor and not r.floor else None
         rows.append([r.name, r.cycles_per_s, ratio, r.cpu_us, r.server_cpu_us, r.acquire_us,
                      vs_floor, r.sends_per_cycle, r.sends_acquire])
@@ -67,11 +67,13 @@ def redis_table(results: list[Result]) -> str:
     base = next(r for r in results if r.name == redis_cycle.BASELINE)
     floor = next(r for r in results if r.floor)
     rows = _cycle_rows(results, base, floor)
-    for row in rows:
-        row[2] = None if row[2] is None else f"{row[2]:.2f}x"
+    for r, row in zip(results, rows):
+        if row[2] is not None:
+            low, high = r.ratio_range(base)
+            row[2] = f"{row[2]:.2f}x ({low:.2f}-{high:.2f})"
         row[6] = None if row[6] is None else f"{row[6]:.2f}x"
     return table("Uncontended cycle on Redis (acquire + release, one client, one key)",
-                 ["contender", "cycles/s", "vs redis-py", "client cpu us", "server cpu us",
+                 ["contender", "cycles/s", "vs redis-py (runs)", "client cpu us", "server cpu us",
                   "acquire us", "acq/PING", "sends/cycle", "sends/acq"], rows)
 
 
@@ -151,7 +153,10 @@ def main(argv: list[str] | None = None) -> int:
 
         if "redis" in sections and "redis" in urls:
             results = redis_cycle.run(urls["redis"], runs, seconds, log)
-            res["redis_cycle"] = [r.as_json() for r in results]
+            base = next(r for r in results if r.name == redis_cycle.BASELINE)
+            res["redis_cycle"] = [{**r.as_json(), "ratio_to_redis_py": round(r.ratio_to(base), 3),
+                                   "ratio_range": [round(x, 3) for x in r.ratio_range(base)]}
+                                  for r in results]
             show(redis_table(results))
         if "stores" in sections:
             res["store_cycle"] = {}
@@ -189,12 +194,13 @@ def main(argv: list[str] | None = None) -> int:
              + (hist.get("output") or hist.get("skipped") or hist.get("error", "")) + "\n")
 
     out["targets"] = evaluate(res)
-    show(render_targets(out["targets"]))
     out["machine"]["loadavg_end"] = list(os.getloadavg())
     out["elapsed_s"] = round(time.monotonic() - t0, 1)
     path = args.json or RESULTS / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
+    # Written before the last prints: a closed stdout pipe loses nothing.
     path.write_text(json.dumps(out, indent=2, default=str))
+    show(render_targets(out["targets"]))
     m = out["machine"]
     print(f"{m['cpu']}, {m['cores']} cores, Python {m['python']}; servers: "
           + ", ".join(f"{k} {v}" for k, v in out["servers"].items())
