@@ -139,7 +139,8 @@ def long_sync_waiter() -> dict[str, Any]:
 def deployed(label: str = "") -> dict[str, Any]:
     lease = current_lease()
     (coord_dir() / f"deployed-{_run_name()}.json").write_text(
-        json.dumps({"token": lease.token, "meta": lease.meta, "label": label})
+        json.dumps({"token": lease.token, "meta": lease.meta, "label": label,
+                    "thread": threading.current_thread().name})
     )
     return {"token": lease.token}
 

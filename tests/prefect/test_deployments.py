@@ -62,6 +62,9 @@ def test_served_deployment_runs_take_the_lease(
         assert record["meta"]["deployment_id"] == str(deployment_id)
         assert record["meta"]["flow_run_id"] == str(free.id)
         assert record["meta"]["pid"] != os.getpid() and record["meta"]["pid"] != server.pid
+        # Runs start in a fresh process whose main thread runs the flow: the
+        # loss interrupt there is a signal (see lease_integrations/prefect/flow.py).
+        assert record["thread"] == "MainThread"
     finally:
         server.terminate()
         try:

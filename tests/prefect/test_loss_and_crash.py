@@ -78,3 +78,20 @@ def test_sigkilled_holder_is_taken_over_after_its_ttl(
     after = store.get("long-sync")
     assert after is not None and after.acquired_at is not None and before.expires_at is not None
     assert after.acquired_at >= before.expires_at, "taken over before the dead holder's ttl"
+
+
+def test_loss_in_a_child_process_fails_the_run_on_the_server(
+    spawn: Any, coord: Path, lease_url: str
+) -> None:
+    from prefect.client.orchestration import get_client
+
+    child = spawn("long_sync")
+    (held,) = wait_until(lambda: entered(coord), 90, "the child to hold the lease")
+    broken = connect(lease_url).force_release("long-sync", by="test-operator")
+    assert broken is not None and broken.holder == held["holder"]
+    result = child.result()
+    assert result["type"] == "FAILED" and "was lost" in result["message"], result
+    assert not list(coord.glob("exited-*"))
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(result["flow_run_id"])
+    assert run.state is not None and run.state.is_failed()
