@@ -8,8 +8,10 @@ it alive?" without reading code::
     leasectl [--url URL] history KEY [-n N]   grants, releases, breaks, losses + a timeline
     leasectl [--url URL] break KEY --yes [--by NAME]   force-release (recorded with NAME)
 
-Each command takes ``--json`` for scripts. The store is ``--url``, else
-``$LEASE_STORE_URL``, else the embedded SQLite default (as ``connect()``).
+Each command takes ``--json`` for scripts. The store is ``--url``; else, with
+``--airflow-conn CONN_ID`` (Airflow installed), the store the Airflow tasks
+use: that Connection (theirs is ``lease_default`` unless set otherwise); else
+``$LEASE_STORE_URL``; else the embedded SQLite default (as ``connect()``).
 URLs are always printed with their password masked.
 
 Exit codes:
@@ -36,8 +38,13 @@ from .core.validation import validate_key
 
 Command = Callable[[LeaseStore, argparse.Namespace], int]
 
+#: The Connection id Airflow tasks use unless told otherwise (airflow/connections.py),
+#: repeated here so ``--help`` does not have to import Airflow.
+AIRFLOW_DEFAULT_CONN = "lease_default"
+
 EPILOG = """\
-store URL: --url, else $LEASE_STORE_URL, else the embedded SQLite default.
+store URL: --url, else the Airflow Connection named by --airflow-conn, else
+$LEASE_STORE_URL, else the embedded SQLite default.
 
 exit codes:
   0  ok (also an empty list, or break of a lease that is not held)
@@ -79,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="store URL (default: $LEASE_STORE_URL, else the embedded SQLite file)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print JSON for scripts instead of tables")
+    common.add_argument("--airflow-conn", default=argparse.SUPPRESS, metavar="CONN_ID",
+                        help="use the store of this Airflow Connection, as the Airflow tasks "
+                             f"do (theirs is {AIRFLOW_DEFAULT_CONN!r} unless set otherwise)")
 
     parser = argparse.ArgumentParser(
         prog="leasectl", description="Inspect and break lease_integrations leases.",
@@ -87,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="store URL (default: $LEASE_STORE_URL, else the embedded SQLite file)")
     parser.add_argument("--json", action="store_true", default=False,
                         help="print JSON for scripts instead of tables")
+    parser.add_argument("--airflow-conn", default=None, metavar="CONN_ID",
+                        help="use the store of this Airflow Connection, as the Airflow tasks "
+                             f"do (theirs is {AIRFLOW_DEFAULT_CONN!r} unless set otherwise)")
     parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -135,9 +148,29 @@ def _missing_sqlite_file(url: str) -> Path | None:
     return Path(raw)
 
 
-def open_store(url: str | None) -> LeaseStore:
+def airflow_connection_url(conn_id: str) -> str | None:
+    """The store URL of an Airflow Connection, looked up as the Airflow tasks
+    look it up; None (only for the default id, when it is not defined) means
+    the tasks fall back to $LEASE_STORE_URL or the embedded store, and so do we."""
+    if not conn_id.strip():
+        raise ConfigurationError(f"--airflow-conn needs a connection id, got {conn_id!r}")
+    try:
+        from .airflow.connections import resolve_store_url
+
+        return resolve_store_url(conn_id)
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"--airflow-conn {conn_id!r} needs Airflow installed in this environment "
+            f"(pip install 'lease_integrations[airflow]'): {exc}") from None
+
+
+def open_store(url: str | None, airflow_conn: str | None = None) -> LeaseStore:
     from .stores import connect
 
+    if url is not None and airflow_conn is not None:
+        raise ConfigurationError("give either --url or --airflow-conn, not both")
+    if airflow_conn is not None:
+        url = airflow_connection_url(airflow_conn)
     resolved = resolve_url(url)
     missing = _missing_sqlite_file(resolved)
     if missing is not None:
@@ -153,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # exits 2 on usage errors
     try:
-        store = open_store(args.url)
+        store = open_store(args.url, args.airflow_conn)
         try:
             code: int = args.run(store, args)
         finally:
