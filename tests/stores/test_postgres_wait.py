@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from servers.postgres_server import PgServer
 
-from lease_integrations import LeaseLock, connect
+from lease_integrations import Lease, LeaseLock, connect
 from lease_integrations.stores.postgres import PostgresStore
 
 LONG = 60.0  # a waiter that returns True before this was woken, not timed out
@@ -100,14 +100,14 @@ def test_lease_lock_waiter_takes_the_lease_on_release(postgres_url: str, key: st
     with connect(postgres_url) as a, connect(postgres_url) as b:
         holder = LeaseLock(a, key, ttl=30)
         lease = holder.acquire()
-        got: list[int] = []
-        thread = threading.Thread(
-            target=lambda: got.append(LeaseLock(b, key, ttl=30).acquire(wait=LONG).token))
+        waiter = LeaseLock(b, key, ttl=30)
+        got: list[Lease] = []
+        thread = threading.Thread(target=lambda: got.append(waiter.acquire(wait=LONG)))
         thread.start()
         holder.release(lease)
         thread.join(LONG + 10)
-        assert got == [lease.token + 1]
-        b.release(key, b.get(key).holder, got[0])  # type: ignore[arg-type, union-attr]
+        assert [g.token for g in got] == [lease.token + 1]
+        assert waiter.release(got[0])
 
 
 def test_waiters_hear_releases_again_after_a_server_restart(private_postgres: PgServer,
