@@ -5,20 +5,25 @@ Acquire is one ``find_one_and_update`` with ``upsert``: its filter matches
 only a released or expired lease, and its pipeline update sets the new holder,
 the next token and the expiry from ``$$NOW``. When the lease is held the
 filter matches nothing, the upsert collides with the existing ``_id``
-(``DuplicateKeyError``, code 11000) and the store reads the current record:
-granted is one round trip, busy two. The document is never deleted, so the
-token counter survives release, expiry and takeover.
+(``DuplicateKeyError``, code 11000) and the store reads the current record
+with the server's time (an aggregate with ``$$NOW``). The document is never
+deleted, so the token counter survives release, expiry and takeover.
+
+Sends per operation: acquire granted 2 (the upsert, the history event; plus
+2 on every ``TRIM_EVERY``-th grant of a key), acquire busy 2 (the upsert that
+collides, the read), renew 1, release 2 (the update, the event), get 1.
+Write concern defaults to majority (the MongoDB-wire server accepts it).
 
 History lives in a second collection (``<collection>_events``), one small
-document per event, written right after the change it records (a second
-send: acquire and release are two round trips, renew one). It first lived in
+document per event, written right after the change it records. It first lived in
 the lease document as a capped array, written atomically in the same update,
 but on the MongoDB-wire test server every update of a document is paid by its
 size: with 100 events in it an acquire took ~60 ms instead of ~8 ms. A missed
 event (the process died between the two sends) only thins the audit trail;
 the lease itself is never affected. Old events are trimmed every
-``TRIM_EVERY``-th grant of a key, so a key keeps at most ``HISTORY_LIMIT +
-TRIM_EVERY * 4`` events and ``history()`` returns at most ``HISTORY_LIMIT``.
+``TRIM_EVERY``-th grant of a key, so a key keeps roughly ``HISTORY_LIMIT +
+3 * TRIM_EVERY`` events (a grant, its release or break, perhaps a loss) and
+``history()`` returns at most ``HISTORY_LIMIT``.
 
 MongoDB has no notification a waiter could block on without change streams
 (which need a replica set), so ``notifies`` is False and waiters poll.

@@ -6,6 +6,12 @@ also writes the history event, trims the history and, when the lease is busy,
 returns the current row: one round trip whether granted or busy. The row is
 never deleted, so the token counter survives release, expiry and takeover.
 Release and break notify waiters (``pg_notify``) in the same statement.
+
+Round trips (one statement each, counted on the client): acquire 1, granted
+or busy (a busy row read from a snapshot older than a writer the statement
+waited for costs one more read: rare), renew 1, release 1, get 1, break 1.
+Every call is bounded twice: ``statement_timeout`` on the server and a
+client-side watchdog (see ``_pg_pool``) for a server that cannot answer.
 """
 
 from __future__ import annotations
