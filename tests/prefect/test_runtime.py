@@ -58,6 +58,32 @@ def test_current_lease_in_flow_and_tasks() -> None:
         current_lease()
 
 
+def test_current_lease_where_only_prefect_context_travels() -> None:
+    """Remote-style task runners (Dask, Ray) ship Prefect's own context
+    (``serialize_context`` / ``hydrated_context``) to a fresh thread, not
+    other context variables: the lease is found by flow run id there."""
+    import threading
+
+    from prefect.context import hydrated_context, serialize_context
+
+    @leased_flow(key="hydrated", store=_memory(), ttl=5, annotate=False)
+    def ships_context() -> tuple[int, Any]:
+        shipped = serialize_context()
+        seen: list[Any] = []
+
+        def worker() -> None:
+            with hydrated_context(shipped):
+                seen.append(current_lease().token)
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join(30)
+        return current_lease().token, seen
+
+    token, seen = ships_context()
+    assert seen == [token]
+
+
 def test_current_lease_in_async_flow_and_tasks() -> None:
     @leased_flow(key="async-tasks", store=_memory(), ttl=5)
     async def with_async_tasks() -> tuple[int, int, int]:
