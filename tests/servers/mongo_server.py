@@ -128,19 +128,23 @@ def _unavailable(message: str) -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="session")
-def mongo_server() -> Iterator[MongoWireServer]:
+def _running_server(*, persistent: bool) -> Iterator[MongoWireServer]:
     python = mongo_python()
     if python is None:
         _unavailable("no MongoDB-wire server: build .venv-mongo (./run setup) "
                      "or set LEASE_TEST_MONGO_PYTHON")
     assert python is not None
-    server = MongoWireServer(python, persistent=False)
+    server = MongoWireServer(python, persistent=persistent)
     try:
         server.start()
         yield server
     finally:
         server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def mongo_server() -> Iterator[MongoWireServer]:
+    yield from _running_server(persistent=False)
 
 
 @pytest.fixture(scope="session")
@@ -152,14 +156,4 @@ def mongo_url(mongo_server: MongoWireServer) -> str:
 def private_mongo() -> Iterator[MongoWireServer]:
     """A MongoDB-wire server of the module's own, for tests that stop, pause or
     restart it (each leaves it running; its SQLite file keeps the data)."""
-    python = mongo_python()
-    if python is None:
-        _unavailable("no MongoDB-wire server: build .venv-mongo (./run setup) "
-                     "or set LEASE_TEST_MONGO_PYTHON")
-    assert python is not None
-    server = MongoWireServer(python)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.cleanup()
+    yield from _running_server(persistent=True)

@@ -161,8 +161,7 @@ def _unavailable(message: str) -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PgServer]:
+def _running_cluster() -> Iterator[PgServer]:
     bindir = pg_bin()
     if bindir is None or not (bindir / "initdb").exists():
         _unavailable("no PostgreSQL binaries (set LEASE_TEST_PG_BIN)")
@@ -175,6 +174,11 @@ def postgres_server() -> Iterator[PgServer]:
         yield server
     finally:
         server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PgServer]:
+    yield from _running_cluster()
 
 
 @pytest.fixture(scope="session")
@@ -186,15 +190,4 @@ def postgres_url(postgres_server: PgServer) -> str:
 def private_postgres() -> Iterator[PgServer]:
     """A cluster of the module's own, for tests that stop, pause or restart it
     (each test leaves it running)."""
-    bindir = pg_bin()
-    if bindir is None or not (bindir / "initdb").exists():
-        _unavailable("no PostgreSQL binaries (set LEASE_TEST_PG_BIN)")
-    assert bindir is not None
-    server = PgServer(bindir)
-    try:
-        server.init()
-        server.start()
-        server.create_user_and_db()
-        yield server
-    finally:
-        server.cleanup()
+    yield from _running_cluster()
