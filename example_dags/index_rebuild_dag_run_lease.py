@@ -72,6 +72,6 @@ with DAG(
     start_date=datetime(2026, 1, 1),
     catchup=False,
     tags=["lease_integrations", "example"],
-):
+) as dag:
     with dag_run_lease(lease_key="search-index", lease_ttl=120, on_busy="skip"):
         swap(build(extract()))

@@ -45,7 +45,9 @@ keeper's trigger starting (a worker picking up the keeper, the triggerer
 picking up the trigger): tens of seconds on a loaded installation, so keep it
 at a minute or more. Clearing a single work task re-runs the acquire and
 release tasks with it (setup/teardown semantics) but not the keeper: clear
-the keeper too, or the cleared run's lease expires after its ttl.
+the keeper too, or the cleared run's lease expires after its ttl. Under
+``dag.test()`` no triggerer runs beside the tasks: the keeper ends at once and
+the lease lives ``lease_ttl`` (the guards fail the tasks once it is gone).
 """
 
 from __future__ import annotations

@@ -5,7 +5,11 @@ real SQLite store (its ``run()`` is an ordinary async generator)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import sqlite3
+import subprocess
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -195,3 +199,29 @@ def test_the_example_dag_imports_and_guards_its_three_tasks() -> None:
     assert dag.task_dict["extract"].upstream_task_ids == {"dag_run_lease_acquire"}
     assert "swap" in dag.task_dict["dag_run_lease_release"].upstream_task_ids
     assert all(dag.task_dict[t]._pre_execute_hook is not None for t in ("extract", "build", "swap"))
+
+
+def test_the_example_dag_runs_under_dag_test(airflow_home: Path, tmp_path: Path) -> None:
+    """``dag.test()`` runs triggers inline: the keeper must not block the run it keeps."""
+    example = Path(__file__).resolve().parents[2] / "example_dags" / "index_rebuild_dag_run_lease.py"
+    script = ("import json, runpy, sys\n"
+              f"dag = runpy.run_path({str(example)!r})['dag']\n"
+              "dr = dag.test()\n"
+              "print('RESULT ' + json.dumps({t.task_id: str(getattr(t.state, 'value', t.state))"
+              " for t in dr.get_task_instances()}))\n")
+    env = {**os.environ, "LEASE_STORE_URL": f"sqlite://{tmp_path}/leases.db",
+           "INDEX_REBUILD_DIR": str(tmp_path / "work"),
+           "AIRFLOW__CORE__DAGS_FOLDER": str(example.parent)}  # dag.test() syncs the DAG from there
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=240, cwd=str(airflow_home))
+    result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert result, done.stdout[-3000:] + done.stderr[-3000:]
+    states = json.loads(result[-1][len("RESULT "):])
+    assert set(states.values()) == {"success"}, states
+    with connect(f"sqlite://{tmp_path}/leases.db") as store:
+        record = store.get("search-index")
+        assert record is not None and record.holder is None and record.token == 1
+        assert record.meta["dag_id"] == "index_rebuild_dag_run_lease"
+    with sqlite3.connect(tmp_path / "work" / "catalog.db") as conn:
+        assert conn.execute("SELECT path FROM live").fetchone() == (
+            str(tmp_path / "work" / "index-1.json"),)
