@@ -129,7 +129,7 @@ def main() -> None:
     for what, label in (("gap", "between tasks"), ("span", "first task callable to last task callable"),
                         ("run", "whole DAG run (incl. acquire/release)")):
         r = result[what]
-        print(f"  {label:40s} plain {r['plain_s']:7.2f} s   leased {r['leased_s']:7.2f} s   "
+        print(f"  {label:44s} plain {r['plain_s']:7.2f} s   leased {r['leased_s']:7.2f} s   "
               f"added {r['added_ms']:8.1f} ms   ratio {r['ratio']}")
     if args.json:
         args.json.write_text(json.dumps(result))
