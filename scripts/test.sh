@@ -17,7 +17,6 @@ for v in 3.10 3.12 3.13; do ensure_compat_env "$v"; done
 set +e
 
 export LEASE_TEST_REQUIRE_ALL=1   # a missing server fails the run instead of skipping
-export PYTHONDONTWRITEBYTECODE=1
 failed=()
 start=$SECONDS
 

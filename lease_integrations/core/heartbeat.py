@@ -184,9 +184,10 @@ class Heartbeat:
 
     def _report_lost(self, entry: _Entry, reason: str) -> None:
         lease = entry.lease
-        if lease.mark_lost(reason):
-            # Off the scheduler thread: the store may be the reason we lost it.
-            self._submit(_record_loss, entry.store, lease, reason)
+        # Recorded off the scheduler thread (the store may be why we lost it),
+        # and queued before the callbacks interrupt a holder that may then exit.
+        lease.mark_lost(reason, before_callbacks=lambda: self._submit(
+            _record_loss, entry.store, lease, reason))
 
 
 def _record_loss(store: LeaseStore, lease: Lease, reason: str) -> None:

@@ -108,9 +108,13 @@ class Lease:
     def trusted_until(self) -> float:
         return self._trusted_until
 
-    def mark_lost(self, reason: str) -> bool:
+    def mark_lost(self, reason: str, before_callbacks: Callable[[], object] | None = None) -> bool:
         """Set the loss flag and run the callbacks. Returns False if the lease
-        was already lost or released (loss is reported once)."""
+        was already lost or released (loss is reported once).
+
+        ``before_callbacks`` runs first: a callback may interrupt the holder,
+        which may then exit at once, so whatever must not be lost (recording
+        the loss in the store's history) is started before them."""
         with self._mutex:
             if self.lost.is_set() or self.released:
                 return False
@@ -123,6 +127,8 @@ class Lease:
             extra={"lease_event": "lost", "lease_key": self.key, "lease_token": self.token,
                    "lease_holder": self.holder},
         )
+        if before_callbacks is not None:
+            before_callbacks()
         for callback in callbacks:
             _run_callback(callback, self)
         return True
