@@ -85,13 +85,14 @@ class MongoStore(LeaseStore):
 
     def __init__(self, uri: str, *, database: str, collection: str = "leases",
                  url: str | None = None, client_options: Mapping[str, Any] | None = None) -> None:
+        self.url = mask_url(url or uri)
         if not isinstance(collection, str) or not COLLECTION_PATTERN.fullmatch(collection) \
                 or ".." in collection:
             raise ConfigurationError(
-                f"MongoDB collection name {collection!r} must start with a letter or underscore "
-                "and use only letters, digits, '_', '-' and '.' (at most 100 characters)")
+                f"MongoDB collection name {collection!r} in {self.url!r} must start with a "
+                "letter or underscore and use only letters, digits, '_', '-' and '.' "
+                "(at most 100 characters)")
         self._uri = uri
-        self.url = mask_url(url or uri)
         self.database = database
         self.collection_name = collection
         self._options = dict(client_options or {})

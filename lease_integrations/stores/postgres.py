@@ -170,17 +170,19 @@ class PostgresStore(LeaseStore):
     def __init__(self, conninfo: str, *, table: str = "leases", connect_timeout: float = 5.0,
                  statement_timeout: float = 5.0, libpq: Mapping[str, str] | None = None,
                  url: str | None = None) -> None:
+        self.url = mask_url(url or conninfo)
         if not isinstance(table, str) or not TABLE_PATTERN.fullmatch(table):
             raise ConfigurationError(
-                f"PostgreSQL table name {table!r} must be a plain identifier: a letter or "
-                "underscore, then letters, digits or underscores, at most 50 characters")
+                f"PostgreSQL table name {table!r} in {self.url!r} must be a plain identifier: "
+                "a letter or underscore, then letters, digits or underscores, at most 50 "
+                "characters")
         for name, value in (("connect_timeout", connect_timeout),
                             ("statement_timeout", statement_timeout)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not 0 < value < 3600:
-                raise ConfigurationError(f"{name}={value!r} must be between 0 and 3600 seconds")
+                raise ConfigurationError(
+                    f"{name}={value!r} for {self.url!r} must be between 0 and 3600 seconds")
         self._conninfo = conninfo
-        self.url = mask_url(url or conninfo)
         self.table = table
         self.channel = f"{table}_released"
         self.connect_timeout = float(connect_timeout)
