@@ -8,18 +8,17 @@ children share (``LEASE_STORE_URL``)."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))  # flows_for_tests, for the test process too
+sys.path.insert(0, str(Path(__file__).parent))  # flows_for_tests and helpers, for this process
+
+from prefect_helpers import Child
 
 # Before Prefect is imported: a quieter test server that starts faster
 # (no UI, no telemetry, no scheduling services these tests do not use).
@@ -33,18 +32,6 @@ for _name, _value in {
     "PREFECT_SERVER_SERVICES_PAUSE_EXPIRATIONS_ENABLED": "false",
 }.items():
     os.environ.setdefault(_name, _value)
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``predicate`` until it returns something truthy (bounded)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="session")
@@ -72,47 +59,6 @@ def lease_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     url = f"sqlite://{tmp_path}/leases.db"
     monkeypatch.setenv("LEASE_STORE_URL", url)
     return url
-
-
-class Child:
-    """One flow run in its own child process (forked by the forkserver)."""
-
-    def __init__(self, ctx: Any, flow: str, params: dict[str, Any], env: dict[str, str],
-                 log: Path, out: Path) -> None:
-        import run_flow
-
-        self.log = log
-        self.out = out
-        log.touch()
-        self.proc = ctx.Process(target=run_flow.run_in_child,
-                                args=(flow, params, str(out), str(log), env), daemon=True)
-        self.proc.start()
-
-    @property
-    def pid(self) -> int:
-        pid: int = self.proc.pid
-        return pid
-
-    def result(self, timeout: float = 90.0) -> dict[str, Any]:
-        self.proc.join(timeout)
-        if self.proc.is_alive():
-            raise AssertionError(f"child did not finish; log:\n{self.output()}")
-        if not self.out.exists():
-            raise AssertionError(f"child exited {self.proc.exitcode} without a result; "
-                                 f"log:\n{self.output()}")
-        data: dict[str, Any] = json.loads(self.out.read_text())
-        return data
-
-    def done(self) -> bool:
-        return self.out.exists()
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")[-6000:]
-
-    def kill(self) -> None:
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.proc.join(30)
 
 
 @pytest.fixture(scope="session")
@@ -152,10 +98,3 @@ def spawn(forkserver: Any, child_env: dict[str, str], tmp_path: Path
         child.kill()
 
 
-def entered(coord: Path) -> list[dict[str, Any]]:
-    """The records of every body that got in, in no particular order."""
-    return [json.loads(p.read_text()) for p in sorted(coord.glob("entered-*.json"))]
-
-
-def release(coord: Path) -> None:
-    (coord / "release").write_text("")

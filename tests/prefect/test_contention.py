@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import entered, release, wait_until
+from prefect_helpers import entered, release, wait_until
 
 
 def _holder_run(coord: Path) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import flows_for_tests as ff
 import pytest
-from conftest import HERE, wait_until
+from prefect_helpers import HERE, wait_until
 
 from lease_integrations import LeaseLock, connect
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import flows_for_tests as ff
 import pytest
-from conftest import entered, wait_until
+from prefect_helpers import entered, wait_until
 
 from lease_integrations import connect
 

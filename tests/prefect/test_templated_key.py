@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from conftest import entered, release, wait_until
+from prefect_helpers import entered, release, wait_until
 
 
 def test_tenants_run_side_by_side_same_tenant_contends(spawn: Any, coord: Path) -> None:
