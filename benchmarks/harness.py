@@ -134,8 +134,12 @@ def trial(c: Contender, seconds: float) -> Trial:
                  statistics.median(rel) / 1e3 if rel else 0.0, cpu / n * 1e6)
 
 
-def warm_up(c: Contender, cycles: int = 200) -> None:
+def warm_up(c: Contender, cycles: int = 200, seconds: float = 0.3) -> None:
+    """Open connections, load scripts, let prepared statements kick in."""
+    end = time.monotonic() + seconds
     for _ in range(cycles):
+        if time.monotonic() > end:
+            break
         handle = c.acquire()
         if c.release is not None:
             c.release(handle)

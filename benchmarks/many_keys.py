@@ -22,15 +22,20 @@ from .harness import SendCounter
 TTL = 6.0  # heartbeat every ttl/3 = 2 s: N/2 renewals per second
 
 
-def _windows(windows: int, length: float, renewals: Any, counter: SendCounter) -> list[dict[str, float]]:
+def _windows(windows: int, length: float, renewals: Any, counter: SendCounter,
+             trust_left: Any = None) -> list[dict[str, float]]:
     out = []
     for _ in range(windows):
         cpu0, wall0, ren0, sent0 = time.process_time(), time.monotonic(), renewals(), counter.count
         time.sleep(length)
         cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
         ren, sent = renewals() - ren0, counter.count - sent0
-        out.append({"cpu_pct": 100 * cpu / wall, "renewals_per_s": ren / wall,
-                    "sends_per_s": sent / wall, "cpu_us_per_renewal": cpu / ren * 1e6 if ren else 0.0})
+        sample = {"cpu_pct": 100 * cpu / wall, "renewals_per_s": ren / wall,
+                  "sends_per_s": sent / wall, "cpu_us_per_renewal": cpu / ren * 1e6 if ren else 0.0}
+        if trust_left is not None:
+            # A heartbeat that keeps up leaves every lease >= ttl - margin - interval of trust.
+            sample["min_trust_left_s"] = trust_left()
+        out.append(sample)
     return out
 
 
@@ -51,7 +56,10 @@ def run_lease(url: str, n: int, windows: int, log: Any) -> dict[str, Any]:
             leases = [lock.acquire(wait=0) for lock in locks]
             log(f"many keys: {n} leases held; warming up for one heartbeat interval")
             time.sleep(TTL / 3)
-            samples = _windows(windows, TTL / 3, lambda: heartbeat.renewals - base, counter)
+            # Windows of two intervals: renewals come in bursts (the leases were
+            # taken in one), and a one-interval window could catch 0 or 2 of them.
+            samples = _windows(windows, 2 * TTL / 3, lambda: heartbeat.renewals - base, counter,
+                               lambda: min(lease.trusted_for() for lease in leases))
             lost = sum(1 for lease in leases if lease.lost)
             for lock, lease in zip(locks, leases):
                 lock.release(lease)
@@ -87,7 +95,7 @@ def run_prl(url: str, n: int, windows: int, log: Any) -> dict[str, Any]:
                 lock.acquire(blocking=False)
             log(f"many keys: {n} python-redis-lock locks held; warming up")
             time.sleep(2.0)
-            samples = _windows(windows, 2.0, lambda: renewals[0], counter)
+            samples = _windows(windows, 4.0, lambda: renewals[0], counter)
             for lock in locks:
                 lock.release()
     finally:

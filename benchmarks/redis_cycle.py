@@ -128,13 +128,13 @@ def server_cpu_us(url: str, c: Contender, cycles: int = 1000) -> float:
         info.close()
 
 
-def run(url: str, runs: int, seconds: float, log: Any) -> list[Result]:
+def run(url: str, runs: int, seconds: float, log: Any, quick: bool = False) -> list[Result]:
     cs = contenders(url)
     try:
         results = interleaved(cs, runs, seconds, progress=lambda m: log(f"redis cycle: {m}"))
         for c, r in zip(cs, results):
-            r.sends_per_cycle, r.sends_acquire = count_sends(c)
-            r.server_cpu_us = server_cpu_us(url, c)
+            r.sends_per_cycle, r.sends_acquire = count_sends(c, 50 if quick else 200)
+            r.server_cpu_us = server_cpu_us(url, c, 300 if quick else 1000)
         return results
     finally:
         for c in cs:

@@ -98,11 +98,12 @@ def handover_table(results: list[dict[str, Any]], processes: int, hold_ms: float
 
 def many_table(results: list[dict[str, Any]]) -> str:
     rows = [[r["name"], r.get("leases"), r.get("cpu_pct"), r.get("renewals_per_s"),
-             r.get("sends_per_s"), r.get("cpu_us_per_renewal"), r.get("error") or r.get("note")]
+             r.get("sends_per_s"), r.get("cpu_us_per_renewal"), r.get("min_trust_left_s"),
+             r.get("lost"), r.get("error") or r.get("note")]
             for r in results]
     return table("Many keys: leases held by one process, heartbeat cost over fixed wall windows",
-                 ["contender", "leases", "cpu %", "renewals/s", "sends/s", "cpu us/renewal", "note"],
-                 rows)
+                 ["contender", "leases", "cpu %", "renewals/s", "sends/s", "cpu us/renewal",
+                  "min trust s", "lost", "note"], rows)
 
 
 def orch_table(results: list[dict[str, Any]]) -> str:
@@ -120,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     quick = args.quick
     runs = args.runs or (3 if quick else 5)
     seconds = 0.15 if quick else 0.4
-    sections = args.only or list(SECTIONS)
+    # The smoke run leaves out the orchestrator and extra scripts (minutes of their own).
+    sections = args.only or [s for s in SECTIONS if not quick or s not in ("orchestrators", "extras")]
     stores = args.stores or ["sqlite", "postgres", "mongo"]
     if "mongo" in stores and importlib.util.find_spec("lease_integrations.stores.mongo") is None:
         log("no MongoDB store in this checkout yet (lease_integrations/stores/mongo.py): skipped")
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         res = out["results"]
 
         if "redis" in sections and "redis" in urls:
-            results = redis_cycle.run(urls["redis"], runs, seconds, log)
+            results = redis_cycle.run(urls["redis"], runs, seconds, log, quick=quick)
             base = next(r for r in results if r.name == redis_cycle.BASELINE)
             res["redis_cycle"] = [{**r.as_json(), "ratio_to_redis_py": round(r.ratio_to(base), 3),
                                    "ratio_range": [round(x, 3) for x in r.ratio_range(base)]}
@@ -176,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             res["handover"] = results_h
             show(handover_table(results_h, ho["processes"], ho["hold"] * 1e3))
         if "many" in sections and "redis" in urls:
-            results_m = many_keys.run(urls["redis"], 1000, 1 if quick else 3, log, with_prl=not quick)
+            results_m = many_keys.run(urls["redis"], 1000, 1 if quick else 2, log, with_prl=not quick)
             res["many_keys"] = results_m
             show(many_table(results_m))
     if "orchestrators" in sections:
