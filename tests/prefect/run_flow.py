@@ -15,6 +15,7 @@ before the forkserver starts) and find the lease store through
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import sys
@@ -22,6 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import flows_for_tests
+
+# What a flow run imports on first use, imported once here so that forked
+# children do not each pay for it (imports start no threads: fork stays safe).
+for _module in ("prefect.artifacts", "prefect.client.orchestration", "prefect.deployments",
+                "prefect.events.worker", "prefect.flow_engine", "prefect.logging.handlers",
+                "prefect.results", "prefect.states", "prefect.task_engine",
+                "lease_integrations.stores.sqlite"):
+    importlib.import_module(_module)
 
 
 def run(name: str, params: dict[str, Any], out: Path) -> None:
