@@ -4,8 +4,8 @@ api-server, started once for the module in a temp AIRFLOW_HOME on 127.0.0.1.
 
 - a backfill run and a manual run of a three-task leased DAG overlap: the
   manual run waits deferred, no task of one run overlaps the other's critical
-  section, tokens are ordered, and a DAG sharing the key skips its whole run
-  with a log naming the holder; the first run keeps its lease past its ttl
+  section, tokens are ordered, and DAGs sharing the key skip their whole run
+  or fail it, with a log naming the holder; the first run keeps its lease past its ttl
   while its task waits (the keeper renews from the triggerer);
 - the lease broken from outside mid-run: the running task is interrupted, the
   next does not start, the run ends failed; broken between two tasks: the next
@@ -58,7 +58,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, records: Path,
     })
     try:
         airflow.start()
-        for dag_id in ("rl_rebuild", "rl_rebuild_skip", "rl_broken", "rl_between", "rl_crash"):
+        for dag_id in ("rl_rebuild", "rl_rebuild_skip", "rl_rebuild_fail", "rl_broken",
+                       "rl_between", "rl_crash"):
             airflow.wait_dag(dag_id)
         yield airflow
     finally:
@@ -117,6 +118,7 @@ def test_backfill_and_manual_run_never_interleave(cluster: AirflowCluster, recor
 
     run_b = cluster.trigger("rl_rebuild", {"tag": "b"})
     run_s = cluster.trigger("rl_rebuild_skip", {"tag": "s"})
+    run_f = cluster.trigger("rl_rebuild_fail", {"tag": "f"})
     poll(lambda: cluster.task_states("rl_rebuild", run_b).get("dag_run_lease_acquire")
          == "deferred", "the manual run to wait for the lease, deferred", RUN_WAIT)
     assert cluster.wait_run("rl_rebuild_skip", run_s, RUN_WAIT) == "success"
@@ -126,6 +128,13 @@ def test_backfill_and_manual_run_never_interleave(cluster: AirflowCluster, recor
     skip_log = cluster.task_log("rl_rebuild_skip", run_s, "dag_run_lease_acquire")
     assert "skipping the whole run" in skip_log and held.holder in skip_log
     assert f"run_id={run_a}" in skip_log
+    assert cluster.wait_run("rl_rebuild_fail", run_f, RUN_WAIT) == "failed"
+    failed = cluster.task_states("rl_rebuild_fail", run_f)
+    assert failed["dag_run_lease_acquire"] == "failed", failed
+    assert {failed[t] for t in ("extract", "build", "swap")} == {"upstream_failed"}, failed
+    fail_log = cluster.task_log("rl_rebuild_fail", run_f, "dag_run_lease_acquire")
+    assert "failing the run" in fail_log and held.holder in fail_log
+    assert not run_events(records, run_s) and not run_events(records, run_f)
 
     # The backfill run's task waits past the ttl: only the keeper's renewals
     # (from the triggerer) can have kept the lease alive this long.

@@ -82,6 +82,12 @@ with DAG(dag_id="rl_rebuild_skip", schedule=None, start_date=datetime(2026, 1, 1
     with dag_run_lease(lease_key="rl-index", lease_ttl=TTL, on_busy="skip"):
         _three_tasks()
 
+# Shares the key and fails while it is held.
+with DAG(dag_id="rl_rebuild_fail", schedule=None, start_date=datetime(2026, 1, 1),
+         default_args={"retries": 0}):
+    with dag_run_lease(lease_key="rl-index", lease_ttl=TTL, on_busy="fail"):
+        _three_tasks()
+
 # Broken from outside mid-run.
 with DAG(dag_id="rl_broken", schedule=None, start_date=datetime(2026, 1, 1),
          default_args={"retries": 0}):
