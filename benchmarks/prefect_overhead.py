@@ -6,12 +6,18 @@ prints the median of each and their ratio. Leases live in a SQLite file in a
 temp dir; ``--store URL`` measures another store.
 
     .venv-prefect/bin/python benchmarks/prefect_overhead.py [--runs 15] [--store URL]
+        [--quick] [--json PATH]
+
+``--json`` writes ``ratio`` (leased / plain, sync flows with the default UI
+annotation), ``plain_s``, ``leased_s``, ``added_ms`` and every variant's
+median, for ``python -m benchmarks`` (benchmarks/orchestrators.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import tempfile
@@ -43,7 +49,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--store", default=None, help="lease store URL (default: temp SQLite)")
+    parser.add_argument("--quick", action="store_true", help="5 runs per variant")
+    parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args()
+    if args.quick:
+        args.runs = min(args.runs, 5)
     # The harness server is a subprocess: keep it from phoning home.
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -76,6 +86,14 @@ def main() -> None:
         base = medians["plain async flow" if "async" in name else "plain flow"]
         print(f"{name:28} {median * 1000:10.1f} {median / base:8.2f}x "
               f"{(median - base) * 1000:9.1f}")
+    plain_s, leased_s = medians["plain flow"], medians["leased flow"]
+    summary = {"ratio": round(leased_s / plain_s, 3), "plain_s": round(plain_s, 4),
+               "leased_s": round(leased_s, 4), "added_ms": round((leased_s - plain_s) * 1000, 1),
+               "runs": args.runs, "store": store,
+               "variants_ms": {name: round(m * 1000, 1) for name, m in medians.items()}}
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(summary, out)
 
 
 if __name__ == "__main__":
