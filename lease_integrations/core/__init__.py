@@ -1,6 +1,12 @@
 """The lease core: records, the store protocol, the lock, heartbeat and fencing.
-Knows nothing of any particular store or orchestrator."""
+Knows nothing of any particular store or orchestrator.
 
+The names below are the core's public surface: the orchestrator glue in
+``airflow/`` and ``prefect/`` imports only these, so one rule about leases
+(what a valid key is, how a URL is masked) lives in one place.
+"""
+
+from .config import mask_url, resolve_url
 from .errors import (
     ConfigurationError,
     LeaseBusy,
@@ -9,14 +15,27 @@ from .errors import (
     StaleToken,
     StoreUnavailable,
 )
+from .interrupt import Interrupter, interrupter_for_current_thread
 from .lease import Lease
 from .lock import LeaseLock
 from .record import AcquireResult, LeaseRecord
 from .store import LeaseEvent, LeaseStore
+from .validation import (
+    ON_BUSY_POLICIES,
+    ON_LOST_POLICIES,
+    validate_heartbeat,
+    validate_key,
+    validate_policy,
+    validate_ttl,
+    validate_wait,
+)
 
 __all__ = [
+    "ON_BUSY_POLICIES",
+    "ON_LOST_POLICIES",
     "AcquireResult",
     "ConfigurationError",
+    "Interrupter",
     "Lease",
     "LeaseBusy",
     "LeaseError",
@@ -27,4 +46,12 @@ __all__ = [
     "LeaseStore",
     "StaleToken",
     "StoreUnavailable",
+    "interrupter_for_current_thread",
+    "mask_url",
+    "resolve_url",
+    "validate_heartbeat",
+    "validate_key",
+    "validate_policy",
+    "validate_ttl",
+    "validate_wait",
 ]
