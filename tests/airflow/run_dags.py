@@ -1,7 +1,10 @@
 """Run DAGs from the test DAG folder with ``dag.test()`` in this process, one
 after another, and print one ``RESULT {json}`` line per run.
 
-Usage: run_dags.py DAG_ID[@LOGICAL_DATE] ...
+Usage: run_dags.py SPEC ...  where SPEC is DAG_ID[@LOGICAL_DATE], or
+``gate:NAME`` to wait until the test creates $LEASE_TEST_RECORD_DIR/NAME.
+A process can thus pay Airflow's start-up (a first run of ``lt_warm``) while
+another process is still starting, and run its leased DAGs on the test's cue.
 """
 
 from __future__ import annotations
@@ -10,13 +13,20 @@ import json
 import os
 import runpy
 import sys
+import time
 from datetime import datetime
+from pathlib import Path
+
+GATE_TIMEOUT = 180.0
 
 
 def main(specs: list[str]) -> None:
     dags = runpy.run_path(os.path.join(os.environ["AIRFLOW__CORE__DAGS_FOLDER"],
                                        "lease_test_dags.py"))
     for spec in specs:
+        if spec.startswith("gate:"):
+            wait_for_gate(spec[len("gate:"):])
+            continue
         dag_id, _, date = spec.partition("@")
         dag = next(d for d in dags.values() if getattr(d, "dag_id", None) == dag_id
                    and hasattr(d, "test"))
@@ -27,6 +37,16 @@ def main(specs: list[str]) -> None:
         print("RESULT " + json.dumps({"dag_id": dag_id, "run_id": dr.run_id,
                                       "state": str(getattr(dr.state, "value", dr.state)),
                                       "tasks": states}), flush=True)
+
+
+def wait_for_gate(name: str) -> None:
+    gate = Path(os.environ["LEASE_TEST_RECORD_DIR"]) / name
+    deadline = time.monotonic() + GATE_TIMEOUT
+    while not gate.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"gate {gate} never opened")
+        time.sleep(0.05)
+    print(f"GATE {name} opened", flush=True)
 
 
 if __name__ == "__main__":

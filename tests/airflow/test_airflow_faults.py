@@ -53,6 +53,8 @@ def test_sigkilled_holder_is_replaced_after_the_ttl_without_clearing(run_dags: A
     store = connect(os.environ["LEASE_STORE_URL"])
     key = "airflow/lt_crash/job"
     crashed = run_dags("lt_crash", name="crashed")
+    # The next run's process starts now too, and waits for its cue after start-up.
+    following = run_dags("lt_warm", "gate:crash-go", "lt_crash", name="next")
     wait_until(lambda: started(record_dir, "lt_crash"), "the callable to start")
     crashed.kill(signal.SIGKILL)
     crashed.wait()
@@ -62,7 +64,7 @@ def test_sigkilled_holder_is_replaced_after_the_ttl_without_clearing(run_dags: A
     # Nobody clears anything: the store's clock expires the lease after its ttl.
     wait_until(lambda: not store.get(key).held, "the dead holder's ttl to pass")  # type: ignore[union-attr]
     open_gate(record_dir, "crash-go")
-    results = run_dags("lt_crash", name="next").wait()
+    results = following.wait()
     assert result_for(results, "lt_crash")["tasks"]["job"] == "success"
     runs = started(record_dir, "lt_crash")
     assert [e["token"] for e in runs] == [1, 2]

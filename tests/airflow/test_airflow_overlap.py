@@ -5,6 +5,7 @@ deferred, through the trigger) as configured, and their logs name the holder."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +17,22 @@ SHARED_KEY = "airflow/lt_hold/job"
 
 
 def test_overlapping_runs_skip_fail_wait_and_defer(run_dags: Any, record_dir: Path) -> None:
+    # All three processes start at once; the contenders pay Airflow's start-up
+    # (lt_warm) and then wait for their cue (a gate file).
     holder = run_dags("lt_hold@2026-01-01T00:00:00+00:00", name="holder")
+    contender = run_dags("lt_warm", "gate:contend", "lt_hold@2026-01-02T00:00:00+00:00",
+                         "lt_busy_fail", "lt_wait", name="contender")
+    deferred = run_dags("lt_warm", "gate:defer", "lt_defer", name="deferred")
     wait_until(lambda: any(e["event"] == "start" for e in events(record_dir)),
                "the first run to start its callable")
-    held = connect(__import__("os").environ["LEASE_STORE_URL"]).get(SHARED_KEY)
+    held = connect(os.environ["LEASE_STORE_URL"]).get(SHARED_KEY)
     assert held is not None and held.held
 
     # While it holds: a second run of the same DAG (skip), a DAG sharing the key
-    # (fail), and a waiting DAG that then holds it in turn.
-    contender = run_dags("lt_hold@2026-01-02T00:00:00+00:00", "lt_busy_fail", "lt_wait",
-                         name="contender")
+    # (fail), and a waiting DAG that then holds it in turn; then a deferred waiter.
+    open_gate(record_dir, "contend")
     contender.wait_for_text("waiting up to")
-    deferred = run_dags("lt_defer", name="deferred")
+    open_gate(record_dir, "defer")
     deferred.wait_for_text("deferring until it is free")
 
     open_gate(record_dir, "go1")  # the first run finishes and releases

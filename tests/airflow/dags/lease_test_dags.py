@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, task
 
 from lease_integrations.airflow import LeasedPythonOperator
@@ -88,6 +89,10 @@ def make_dag(dag_id: str, **kwargs: Any) -> DAG:
     return DAG(dag_id, start_date=START, catchup=False, **kwargs)
 
 
+# -- no lease: pays Airflow's one-time start-up in a process before its real work ----
+lt_warm = make_dag("lt_warm")
+PythonOperator(task_id="warm", python_callable=lambda: None, dag=lt_warm)
+
 # -- basic behaviour: context, XCom, meta, the decorator --------------------------
 with make_dag("lt_basic") as lt_basic:
     first = leased(lt_basic, "first", lease_ttl=5)
@@ -147,3 +152,7 @@ with DAG("lt_e2e", start_date=START, schedule=timedelta(days=1), catchup=False,
     # recorded, so the test still sees every execution.
     leased(lt_e2e, on_busy="wait", wait_timeout=300, lease_ttl=10, op_kwargs={"hold": 1.0},
            retries=2, retry_delay=timedelta(seconds=1))
+
+# Killed from the UI/API while it runs: the supervisor sends SIGTERM.
+lt_e2e_kill = make_dag("lt_e2e_kill")
+leased(lt_e2e_kill, op_kwargs={"gate": "never"}, lease_ttl=60)
