@@ -81,11 +81,14 @@ def test_backfill_and_manual_runs_never_overlap(record_dir: Path, tmp_path: Path
                   for r in runs}
         assert set(states.values()) == {"success"}, (states, cluster.tail("scheduler"))
         assert set(manual) <= set(states)
-        logs = "\n".join(cluster.task_log("lt_e2e", run_id, "job") for run_id in states)
+        # Every try's log as the workers wrote it (the API only serves a TI's latest try).
+        logs = "\n".join(path.read_text(errors="replace") for path in
+                         (tmp_path / "home" / "logs" / "dag_id=lt_e2e").rglob("*.log"))
+        killed_log = mark_failed_while_running(cluster, record_dir, store_url)
     finally:
         cluster.stop()
 
-    log = events(record_dir)
+    log = [e for e in events(record_dir) if e["dag_id"] == "lt_e2e"]
     starts = sorted((e for e in log if e["event"] == "start"), key=lambda e: e["t"])
     # Every run executed the callable exactly once...
     assert sorted(e["run_id"] for e in starts) == sorted(states)
@@ -107,3 +110,35 @@ def test_backfill_and_manual_runs_never_overlap(record_dir: Path, tmp_path: Path
     with connect(store_url) as store:
         record = store.get("airflow/lt_e2e/job")
     assert record is not None and not record.held and record.token == tokens[-1]
+    assert "SIGTERM: releasing lease airflow/lt_e2e_kill/job (token 1)" in killed_log
+
+
+def mark_failed_while_running(cluster: AirflowCluster, record_dir: Path, store_url: str) -> str:
+    """A person marks a running leased task failed: Airflow's supervisor sends
+    SIGTERM (SIGKILL 5 s later); the lease must be free long before its 60 s
+    ttl, i.e. released by the task's SIGTERM handler. Meanwhile a deferrable
+    waiter sits in the real triggerer (state ``deferred``: no worker slot) and
+    takes the lease once it is free. Returns the killed task's log."""
+    key = "airflow/lt_e2e_kill/job"
+    cluster.wait_dag("lt_e2e_kill")
+    cluster.wait_dag("lt_e2e_defer")
+    run_id = cluster.trigger("lt_e2e_kill")
+    poll(lambda: any(e["dag_id"] == "lt_e2e_kill" for e in events(record_dir)),
+         "lt_e2e_kill to start its callable", RUN_WAIT, 0.2)
+    waiter = cluster.trigger("lt_e2e_defer")
+    poll(lambda: cluster.task_states("lt_e2e_defer", waiter).get("job") == "deferred",
+         "the waiter to defer to the triggerer", RUN_WAIT, 0.5)
+    with connect(store_url) as store:
+        assert store.get(key).held  # type: ignore[union-attr]
+        cluster.api("PATCH", f"/api/v2/dags/lt_e2e_kill/dagRuns/{run_id}/taskInstances/job",
+                    {"new_state": "failed"})
+        poll(lambda: not store.get(key).held or store.get(key).token > 1,  # type: ignore[union-attr]
+             "the killed task's lease to be released", 30.0, 0.2)
+    assert cluster.wait_run("lt_e2e_defer", waiter, RUN_WAIT) == "success"
+    resumed = [e for e in events(record_dir)
+               if e["dag_id"] == "lt_e2e_defer" and e["event"] == "start"]
+    assert [e["token"] for e in resumed] == [2]
+    logs = cluster.home / "logs" / "dag_id=lt_e2e_kill"
+    poll(lambda: any("SIGTERM" in p.read_text(errors="replace") for p in logs.rglob("*.log")),
+         "the killed task's log", 60.0, 1.0)
+    return "\n".join(p.read_text(errors="replace") for p in logs.rglob("*.log"))

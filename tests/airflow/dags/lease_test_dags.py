@@ -156,3 +156,8 @@ with DAG("lt_e2e", start_date=START, schedule=timedelta(days=1), catchup=False,
 # Killed from the UI/API while it runs: the supervisor sends SIGTERM.
 lt_e2e_kill = make_dag("lt_e2e_kill")
 leased(lt_e2e_kill, op_kwargs={"gate": "never"}, lease_ttl=60)
+
+# Waits for lt_e2e_kill's lease in the real triggerer, holding no worker slot.
+lt_e2e_defer = make_dag("lt_e2e_defer")
+leased(lt_e2e_defer, lease_key="airflow/lt_e2e_kill/job", on_busy="wait", deferrable=True,
+       poll_interval=0.5, wait_timeout=240, lease_ttl=10)
