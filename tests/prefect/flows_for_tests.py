@@ -21,7 +21,7 @@ from prefect.context import FlowRunContext
 
 from lease_integrations.prefect import current_lease, leased_flow
 
-TTL = 3.0
+TTL = 5.0  # heartbeats every 1.7 s: room to keep up on a loaded 2-core machine
 #: Upper bound for any wait on the test's go-ahead: a lost test fails, never hangs.
 BOUND = 90.0
 

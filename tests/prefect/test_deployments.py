@@ -43,7 +43,7 @@ def test_served_deployment_runs_take_the_lease(
     try:
         deployment_id = wait_until(lambda: _deployment_id("deployed/leased"), 120,
                                    "serve() to register the deployment")
-        lock = LeaseLock(connect(lease_url), "deployed", ttl=3.0)
+        lock = LeaseLock(connect(lease_url), "deployed", ttl=5.0)
         with lock.hold() as held:
             busy = run_deployment("deployed/leased", parameters={"label": "busy"},
                                   timeout=120, poll_interval=0.5)
@@ -93,7 +93,7 @@ def test_engine_run_of_a_created_flow_run_takes_the_lease(
     with get_client(sync_client=True) as client:
         busy_run = client.create_flow_run(flow, parameters={"label": "engine-busy"})
         free_run = client.create_flow_run(flow, parameters={"label": "engine-free"})
-    lock = LeaseLock(connect(lease_url), "deployed", ttl=3.0)
+    lock = LeaseLock(connect(lease_url), "deployed", ttl=5.0)
     with lock.hold() as held:
         busy = engine(busy_run)
     assert busy.is_cancelled() and held.holder in (busy.message or "")
