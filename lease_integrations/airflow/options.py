@@ -1,9 +1,9 @@
 """The lease arguments of a leased task, checked when the DAG file is parsed.
 
 A DAG with ``on_busy="wiat"`` or ``lease_ttl=0`` must fail to import (a
-visible import error in the UI), not fail at 3 a.m. on its first run. The
-key, ttl, heartbeat and loss policy are checked by the core's own
-``LeaseLock`` (one rule, one place); only the Airflow-side choices are here.
+visible import error in the UI), not fail at 3 a.m. on its first run. Every
+rule about leases (key, ttl, heartbeat, policies, waits) is the core's own
+validator (one rule, one place); only the Airflow-side choices are here.
 """
 
 from __future__ import annotations
@@ -11,11 +11,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from lease_integrations import ConfigurationError, LeaseLock, LeaseStore, connect
+from lease_integrations import ConfigurationError, LeaseLock, LeaseStore
+from lease_integrations.core import (
+    ON_BUSY_POLICIES,
+    ON_LOST_POLICIES,
+    validate_heartbeat,
+    validate_key,
+    validate_policy,
+    validate_ttl,
+    validate_wait,
+)
 
 from .connections import DEFAULT_CONN_ID
-
-ON_BUSY = ("skip", "fail", "wait")
 
 
 @dataclass(frozen=True)
@@ -31,37 +38,31 @@ class LeaseOptions:
     poll_interval: float = 5.0
 
     def __post_init__(self) -> None:
-        if self.on_busy not in ON_BUSY:
-            raise ConfigurationError(
-                f"on_busy={self.on_busy!r} is not a valid policy; choose one of "
-                + ", ".join(map(repr, ON_BUSY))
-            )
+        validate_policy(self.on_busy, ON_BUSY_POLICIES, "on_busy")
+        validate_policy(self.on_lost, ON_LOST_POLICIES, "on_lost")
+        validate_heartbeat(self.lease_heartbeat, validate_ttl(self.lease_ttl, "lease_ttl"))
         if not isinstance(self.lease_conn_id, str) or not self.lease_conn_id:
             raise ConfigurationError(
                 f"lease_conn_id must be a non-empty string, got {self.lease_conn_id!r}"
             )
-        if self.wait_timeout is not None:
-            if self.on_busy != "wait":
-                raise ConfigurationError(
-                    f"wait_timeout={self.wait_timeout!r} only applies with on_busy='wait' "
-                    f"(on_busy is {self.on_busy!r})"
-                )
-            _seconds("wait_timeout", self.wait_timeout, allow_zero=True)
+        if self.wait_timeout is not None and self.on_busy != "wait":
+            raise ConfigurationError(
+                f"wait_timeout={self.wait_timeout!r} only applies with on_busy='wait' "
+                f"(on_busy is {self.on_busy!r})"
+            )
+        if validate_wait(self.wait_timeout) == math.inf:
+            raise ConfigurationError("wait_timeout=inf: use None to wait as long as it takes")
         if not isinstance(self.deferrable, bool):
             raise ConfigurationError(f"deferrable must be True or False, got {self.deferrable!r}")
         if self.deferrable and self.on_busy != "wait":
             raise ConfigurationError(
                 f"deferrable=True only applies with on_busy='wait' (on_busy is {self.on_busy!r})"
             )
-        _seconds("poll_interval", self.poll_interval, allow_zero=False)
-        # The core checks key, ttl, heartbeat and on_lost; a template is checked once rendered.
+        _positive("poll_interval", self.poll_interval)
+        # A templated key is checked once rendered (LeaseLock validates it at run time).
         key = self.lease_key
-        if key is not None and not isinstance(key, str):
-            raise ConfigurationError(f"lease_key must be a string, got {key!r}")
-        if key is not None and ("{{" in key or "{%" in key):
-            key = "airflow/template"
-        self.lock_for("airflow/default" if key is None else key,
-                      connect("memory://lease-options-validation"))
+        if key is not None and not (isinstance(key, str) and ("{{" in key or "{%" in key)):
+            validate_key(key)
 
     def lock_for(self, key: str, store: LeaseStore, meta: dict[str, object] | None = None,
                  ) -> LeaseLock:
@@ -78,9 +79,9 @@ def default_key(dag_id: str, task_id: str, map_index: int = -1) -> str:
     return key if map_index is None or map_index < 0 else f"{key}/{map_index}"
 
 
-def _seconds(name: str, value: object, *, allow_zero: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+def _positive(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero) or math.isinf(value):
+    if value <= 0:
         raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
     return float(value)
