@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
 from collections.abc import Callable
 from contextlib import AsyncExitStack, ExitStack
 from typing import Any, TypeVar, overload
@@ -96,29 +97,36 @@ class LeasePlan:
         )
 
     def busy_outcome(self, busy: LeaseBusy) -> Any:
-        from prefect.logging import get_run_logger
         from prefect.states import Cancelled
 
         if self.on_busy == "skip":
-            get_run_logger().info("Skipping this run: %s", busy)
+            _logger().info("Skipping this run: %s", busy)
             return Cancelled(message=f"Skipped: {busy}")
         if self.on_busy == "wait":
-            get_run_logger().error("Gave up waiting after %s s: %s", self.wait, busy)
+            _logger().error("Gave up waiting after %s s: %s", self.wait, busy)
         raise busy
 
     def waiting(self, busy: LeaseBusy) -> None:
-        from prefect.logging import get_run_logger
-
         limit = "as long as it takes" if self.wait is None else f"up to {self.wait:g} s"
-        get_run_logger().info("Waiting for lease %r (%s): %s", busy.key, limit, busy)
+        _logger().info("Waiting for lease %r (%s): %s", busy.key, limit, busy)
 
     def acquired(self, lease: Lease) -> None:
-        from prefect.logging import get_run_logger
-
-        get_run_logger().info(
+        _logger().info(
             "Holding lease %r with fencing token %s as %s (store: %s)",
             lease.key, lease.token, lease.holder, self.source.describe(),
         )
+
+
+def _logger() -> Any:
+    """The run's logger (its lines reach the Prefect UI); outside a run, as
+    when a unit test calls ``my_flow.fn()``, the library's own logger."""
+    from prefect.exceptions import MissingContextError
+    from prefect.logging import get_run_logger
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger("lease_integrations")
 
 
 def _flow_run_context() -> Any:

@@ -126,3 +126,20 @@ def test_nothing_is_opened_at_decoration(tmp_path: Any) -> None:
     db = tmp_path / "leases.db"
     leased_flow(store=f"sqlite://{db}")(plain)
     assert not db.exists()
+
+
+def test_flow_fn_called_directly_still_takes_the_lease() -> None:
+    """Unit tests call ``my_flow.fn()`` without any Prefect run: the lease is
+    still taken (and logged to the library's logger)."""
+    from lease_integrations.prefect import current_lease
+
+    url = "memory://direct-fn"
+
+    @leased_flow(key="direct", store=url)
+    def job(n: int) -> tuple[int, int]:
+        return n, current_lease().token
+
+    assert job.fn(7) == (7, 1)
+    assert job.fn(8) == (8, 2)
+    record = connect(url).get("direct")
+    assert record is not None and record.holder is None and record.token == 2
