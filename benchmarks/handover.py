@@ -61,7 +61,7 @@ def _locker(spec: Spec, key: str) -> tuple[Any, Any, Any]:
             return rlock if rlock.acquire(blocking=True, blocking_timeout=wait) else None
 
         return acquire_rp, lambda lk: lk.release(), client.close
-    import redis_lock
+    import redis_lock  # type: ignore[import-untyped]
 
     plock = redis_lock.Lock(client, key, expire=int(TTL))
 

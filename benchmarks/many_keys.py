@@ -73,7 +73,7 @@ def run_lease(url: str, n: int, windows: int, log: Any) -> dict[str, Any]:
 
 def run_prl(url: str, n: int, windows: int, log: Any) -> dict[str, Any]:
     import redis
-    import redis_lock
+    import redis_lock  # type: ignore[import-untyped]
 
     client = redis.Redis.from_url(url, max_connections=n + 8)
     tag = uuid.uuid4().hex[:8]
@@ -88,7 +88,7 @@ def run_prl(url: str, n: int, windows: int, log: Any) -> dict[str, Any]:
         renewals[0] += 1
         original(self, expire)
 
-    redis_lock.Lock.extend = counting_extend  # type: ignore[method-assign]
+    redis_lock.Lock.extend = counting_extend
     try:
         with counter.installed():
             for lock in locks:
@@ -99,7 +99,7 @@ def run_prl(url: str, n: int, windows: int, log: Any) -> dict[str, Any]:
             for lock in locks:
                 lock.release()
     finally:
-        redis_lock.Lock.extend = original  # type: ignore[method-assign]
+        redis_lock.Lock.extend = original
         client.close()
     return _summary("python-redis-lock, thread per lock", f"expire 3 s, renew every 2 s, {n} locks",
                     n, samples)

@@ -31,7 +31,7 @@ def _client(url: str) -> Any:
 
 
 def contenders(url: str) -> list[Contender]:
-    import redis_lock
+    import redis_lock  # type: ignore[import-untyped]
     from pottery import Redlock
 
     tag = uuid.uuid4().hex[:8]

@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     if "mongo" in stores and importlib.util.find_spec("lease_integrations.stores.mongo") is None:
         log("no MongoDB store in this checkout yet (lease_integrations/stores/mongo.py): skipped")
         stores.remove("mongo")
-    ho = {"processes": 8, "rounds": 1 if quick else 3, "seconds": 1.0 if quick else 2.0,
-          "hold": 0.005}
+    ho: dict[str, Any] = {"processes": 8, "rounds": 1 if quick else 3,
+                          "seconds": 1.0 if quick else 2.0, "hold": 0.005}
     out: dict[str, Any] = {"machine": machine.info(), "started": datetime.now(timezone.utc).isoformat(),
                            "config": {"quick": quick, "runs": runs, "trial_seconds": seconds,
                                       "sections": sections, "stores": stores, "handover": ho},
