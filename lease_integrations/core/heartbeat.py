@@ -62,11 +62,13 @@ class Heartbeat:
         entry = _Entry(lease, store, interval, retry_delay=max(0.02, min(interval / 4, 1.0)))
         with self._cond:
             self._entries[id(lease)] = entry
-            now = time.monotonic()
-            self._push(now + interval, "renew", entry)
+            due = time.monotonic() + interval
+            earliest = self._heap[0][0] if self._heap else float("inf")
+            self._push(due, "renew", entry)
             self._push(lease.trusted_until, "deadline", entry)
             self._ensure_started()
-            self._cond.notify()
+            if min(due, lease.trusted_until) < earliest:
+                self._cond.notify()  # only when the scheduler must wake sooner
 
     def remove(self, lease: Lease) -> None:
         """Stop renewing ``lease``. Does not wait for a renewal in flight: one
@@ -76,6 +78,11 @@ class Heartbeat:
             entry = self._entries.pop(id(lease), None)
             if entry is not None:
                 entry.active = False
+            # Entries of released leases stay in the heap until due; drop them
+            # in bulk before they outnumber the live ones (bounded memory).
+            if len(self._heap) > 4 * len(self._entries) + 64:
+                self._heap = [item for item in self._heap if item[3].active]
+                heapq.heapify(self._heap)
 
     def __len__(self) -> int:
         with self._cond:

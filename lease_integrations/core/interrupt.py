@@ -13,6 +13,7 @@ does not cut a blocking call short. Asyncio code is cancelled instead (see
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 import threading
 from types import FrameType
@@ -39,6 +40,22 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     previous = _previous_handler
     if callable(previous):
         previous(signum, frame)
+    elif previous in (None, signal.SIG_DFL):
+        # Not ours, and nobody handled it before us: do what the default would.
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def _install_handler() -> None:
+    """Install the handler once and leave it (it chains to whatever was there):
+    installing and restoring it around every hold cost two system calls per
+    lease. Reinstalled if someone replaced it since."""
+    global _previous_handler
+    assert INTERRUPT_SIGNAL is not None
+    current = signal.getsignal(INTERRUPT_SIGNAL)
+    if current is not _handler:
+        _previous_handler = current
+        signal.signal(INTERRUPT_SIGNAL, _handler)
 
 
 class Interrupter:
@@ -53,12 +70,9 @@ class Interrupter:
 
 class MainThreadInterrupt(Interrupter):
     def __init__(self) -> None:
-        global _previous_handler
-        assert INTERRUPT_SIGNAL is not None
         self._armed = True
         with _registry_lock:
-            if not _armed:
-                _previous_handler = signal.signal(INTERRUPT_SIGNAL, _handler)
+            _install_handler()
             _armed.append(self)
 
     def fire(self, lease: Lease) -> None:
@@ -70,7 +84,6 @@ class MainThreadInterrupt(Interrupter):
         signal.pthread_kill(threading.main_thread().ident or 0, INTERRUPT_SIGNAL)
 
     def disarm(self) -> None:
-        global _previous_handler
         with _registry_lock:
             if not self._armed:
                 return
@@ -78,11 +91,6 @@ class MainThreadInterrupt(Interrupter):
             _armed.remove(self)
             if not _armed:
                 _pending.clear()
-                # Only the main thread may change handlers; a release from another
-                # thread leaves ours in place, which is harmless (it chains).
-                if threading.current_thread() is threading.main_thread() and INTERRUPT_SIGNAL:
-                    signal.signal(INTERRUPT_SIGNAL, _previous_handler or signal.SIG_DFL)
-                    _previous_handler = None
 
 
 class ThreadInterrupt(Interrupter):

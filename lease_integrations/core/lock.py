@@ -4,6 +4,7 @@ windows and the loss policy. Stores only answer single atomic operations."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import secrets
@@ -38,14 +39,19 @@ log = logging.getLogger("lease_integrations")
 NOTIFIED_POLL_CAP = 2.0
 
 
+@functools.lru_cache(maxsize=1)
+def _hostname() -> str:
+    return socket.gethostname()
+
+
 def new_holder_id() -> str:
     """Readable (host and pid) yet unguessable (64 random bits), so nobody can
     release another's lease by guessing its holder id."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(8)}"
+    return f"{_hostname()}:{os.getpid()}:{secrets.token_hex(8)}"
 
 
 def default_meta() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid()}
+    return {"host": _hostname(), "pid": os.getpid()}
 
 
 class LeaseLock:
