@@ -44,12 +44,14 @@ class Watchdog:
         deadline = time.monotonic() + timeout
         with self._cond:
             self._calls[call] = (deadline, fileno)
+            earliest = self._heap[0][0] if self._heap else float("inf")
             heapq.heappush(self._heap, (deadline, call))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="lease-pg-watchdog",
                                                 daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            if deadline < earliest:
+                self._cond.notify()  # wake the watchdog only when it must wake sooner
         try:
             yield lambda: call in self._fired
         finally:
