@@ -21,7 +21,7 @@ from .core import (
     StoreUnavailable,
 )
 from .core.fencing import SqlFence
-from .stores import connect
+from .stores import check_url, connect
 
 __version__ = "0.1.0"
 
@@ -39,5 +39,6 @@ __all__ = [
     "StaleToken",
     "StoreUnavailable",
     "__version__",
+    "check_url",
     "connect",
 ]

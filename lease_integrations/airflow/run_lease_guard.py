@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from lease_integrations import Lease, LeaseLost, LeaseRecord, LeaseStore
-from lease_integrations.core.interrupt import Interrupter, interrupter_for_current_thread
+from lease_integrations.core import Interrupter, interrupter_for_current_thread
 
 from .run_lease_info import CONTEXT_KEY, DagRunLease, dag_run_lease_of
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from lease_integrations import LeaseRecord, LeaseStore, connect
-from lease_integrations.core.config import mask_url, resolve_url
+from lease_integrations.core import mask_url, resolve_url
 
 from .connections import resolve_store_url
 

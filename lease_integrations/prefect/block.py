@@ -15,9 +15,7 @@ from urllib.parse import SplitResult, quote, unquote, urlsplit, urlunsplit
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from lease_integrations import ConfigurationError, LeaseStore, connect
-from lease_integrations.core.config import mask_url
-from lease_integrations.stores import STORES
+from lease_integrations import LeaseStore, check_url, connect
 
 
 class LeaseStoreBlock(Block):  # type: ignore[misc]  # Block is untyped for mypy
@@ -57,13 +55,7 @@ class LeaseStoreBlock(Block):  # type: ignore[misc]  # Block is untyped for mypy
     @field_validator("url")  # type: ignore[untyped-decorator]
     @classmethod
     def _known_scheme(cls, url: str) -> str:
-        scheme = urlsplit(url.strip()).scheme.lower()
-        if scheme not in STORES:
-            known = ", ".join(f"{s}://" for s in STORES)
-            raise ConfigurationError(
-                f"store URL {mask_url(url)!r} has unknown scheme {scheme!r}; known: {known}"
-            )
-        return url.strip()
+        return check_url(url)
 
     def get_url(self) -> str:
         """The full URL with the password put back: for ``connect`` only, never log it."""

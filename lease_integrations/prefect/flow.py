@@ -38,7 +38,7 @@ from prefect import flow as prefect_flow
 from prefect.flows import Flow
 
 from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock
-from lease_integrations.core.validation import (
+from lease_integrations.core import (
     ON_BUSY_POLICIES,
     ON_LOST_POLICIES,
     validate_heartbeat,

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lease_integrations import ConfigurationError
-from lease_integrations.core.validation import validate_key
+from lease_integrations.core import validate_key
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._:/@=+-]+")
 

@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from lease_integrations import ConfigurationError, Lease, LeaseLock
-from lease_integrations.core.validation import (
+from lease_integrations.core import (
     ON_LOST_POLICIES,
     validate_heartbeat,
     validate_key,

@@ -13,11 +13,9 @@ from __future__ import annotations
 import os
 import threading
 from typing import Any
-from urllib.parse import urlsplit
 
-from lease_integrations import ConfigurationError, LeaseStore, connect
-from lease_integrations.core.config import mask_url
-from lease_integrations.stores import STORES
+from lease_integrations import ConfigurationError, LeaseStore, check_url, connect
+from lease_integrations.core import mask_url
 
 from .block import LeaseStoreBlock
 
@@ -94,18 +92,7 @@ class StoreSource:
 
 def _checked_url(url: str) -> str:
     """Shape only: a scheme we know and a parseable port. Connecting waits for a run."""
-    url = url.strip()
-    try:
-        parts = urlsplit(url)
-        _ = parts.port
-    except ValueError as exc:
-        raise ConfigurationError(f"bad store URL {mask_url(url)!r}: {exc}") from None
-    if parts.scheme.lower() not in STORES:
-        known = ", ".join(f"{s}://" for s in STORES)
-        raise ConfigurationError(
-            f"store URL {mask_url(url)!r} has unknown scheme {parts.scheme!r}; known: {known}"
-        )
-    return url
+    return check_url(url)
 
 
 def _open_cached(url: str) -> LeaseStore:

@@ -30,6 +30,20 @@ EXTRAS = {"redis": "redis", "rediss": "redis", "postgresql": "postgres",
           "postgres": "postgres", "mongodb": "mongo", "mongodb+srv": "mongo"}
 
 
+def check_url(url: str) -> str:
+    """Check a store URL's shape without connecting: a scheme we know and a
+    parseable port. For checks at DAG-parse or decoration time, where
+    connecting would be too early. Returns the URL, stripped."""
+    resolved = resolve_url(url)
+    scheme = parse_url(resolved).scheme.lower()
+    if scheme not in STORES:
+        known = ", ".join(f"{s}://" for s in STORES)
+        raise ConfigurationError(
+            f"unknown store scheme {scheme!r} in URL {mask_url(resolved)!r}; known: {known}"
+        )
+    return resolved
+
+
 def connect(url: str | None = None, **options: Any) -> LeaseStore:
     """Open the store a URL names.
 
@@ -45,15 +59,9 @@ def connect(url: str | None = None, **options: Any) -> LeaseStore:
         from .postgres import PostgresStore
 
         return PostgresStore.from_engine(url, **options)
-    resolved = resolve_url(url)
+    resolved = check_url(resolve_url(url))
     scheme = parse_url(resolved).scheme.lower()
-    target = STORES.get(scheme)
-    if target is None:
-        known = ", ".join(f"{s}://" for s in STORES)
-        raise ConfigurationError(
-            f"unknown store scheme {scheme!r} in URL {mask_url(resolved)!r}; known: {known}"
-        )
-    module_name, class_name = target.split(":")
+    module_name, class_name = STORES[scheme].split(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -67,4 +75,4 @@ def connect(url: str | None = None, **options: Any) -> LeaseStore:
     return store
 
 
-__all__ = ["STORES", "connect"]
+__all__ = ["STORES", "check_url", "connect"]
