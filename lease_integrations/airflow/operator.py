@@ -17,10 +17,10 @@ from typing import Any
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
-from lease_integrations import Lease, LeaseBusy, LeaseLock, LeaseStore, connect
+from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock, LeaseStore, connect
 
 from .connections import DEFAULT_CONN_ID, resolve_store_url
-from .options import LeaseOptions, default_key
+from .options import DEFAULT_TTL, LeaseOptions, default_key
 from .signals import release_on_sigterm
 from .trigger import LeaseReleasedTrigger
 
@@ -36,6 +36,17 @@ class _NotAcquired(Exception):
         self.busy = busy
 
 
+def _one_ttl(lease_ttl: float | None, ttl: float | None) -> float:
+    """``ttl`` is the design's name, ``lease_ttl`` the Airflow-style one (beside
+    ``lease_key``); both are accepted, and saying two different things is an error."""
+    if lease_ttl is not None and ttl is not None and lease_ttl != ttl:
+        raise ConfigurationError(
+            f"lease_ttl={lease_ttl!r} and ttl={ttl!r} disagree; pass only one of them"
+        )
+    chosen = ttl if ttl is not None else lease_ttl
+    return DEFAULT_TTL if chosen is None else chosen
+
+
 class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
     """Run ``python_callable`` only while holding the lease ``lease_key``.
 
@@ -43,7 +54,7 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
         ``airflow/<dag_id>/<task_id>``: shared by every run of the task, whatever
         its run type, so a backfill and a manual run contend. Share one key
         across DAGs to make them exclude each other.
-    :param lease_ttl: seconds the store keeps the lease without a renewal; it
+    :param lease_ttl: (or ``ttl``) seconds the store keeps the lease without a renewal; it
         is renewed every ``lease_heartbeat`` (ttl/3) while the callable runs.
         After a crash (SIGKILL) the next run gets the lease after at most this.
     :param lease_conn_id: Airflow Connection of type redis, postgres, mongo or
@@ -69,7 +80,8 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
         self,
         *,
         lease_key: str | None = None,
-        lease_ttl: float = 60.0,
+        lease_ttl: float | None = None,
+        ttl: float | None = None,
         lease_heartbeat: float | None = None,
         lease_conn_id: str = DEFAULT_CONN_ID,
         on_busy: str = "skip",
@@ -80,6 +92,7 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
         **kwargs: Any,
     ) -> None:
         # Checked before the operator exists, so a bad DAG fails to import.
+        lease_ttl = _one_ttl(lease_ttl, ttl)
         self.lease_options = LeaseOptions(
             lease_key=lease_key, lease_ttl=lease_ttl, lease_heartbeat=lease_heartbeat,
             lease_conn_id=lease_conn_id, on_busy=on_busy, wait_timeout=wait_timeout,

@@ -24,11 +24,15 @@ from lease_integrations.core import (
 
 from .connections import DEFAULT_CONN_ID
 
+#: Long enough that a busy worker's heartbeat keeps up; short enough that a
+#: crashed task blocks the next run for a minute at most.
+DEFAULT_TTL = 60.0
+
 
 @dataclass(frozen=True)
 class LeaseOptions:
     lease_key: str | None = None
-    lease_ttl: float = 60.0
+    lease_ttl: float = DEFAULT_TTL
     lease_heartbeat: float | None = None
     lease_conn_id: str = DEFAULT_CONN_ID
     on_busy: str = "skip"

@@ -34,11 +34,23 @@ def noop() -> None:
     ({"on_busy": "wait", "wait_timeout": -1}, "-1"),
     ({"on_busy": "fail", "deferrable": True}, "deferrable"),
     ({"on_busy": "wait", "deferrable": True, "poll_interval": 0}, "poll_interval"),
+    ({"ttl": 30, "lease_ttl": 60}, "disagree"),
+    ({"ttl": -5}, "ttl"),
 ])
 def test_bad_arguments_fail_when_the_dag_is_parsed(kwargs: dict[str, Any], named: str) -> None:
     with DAG("bad_args", schedule=None), pytest.raises(ConfigurationError) as info:
         LeasedPythonOperator(task_id="t", python_callable=noop, **kwargs)
     assert named in str(info.value)
+
+
+def test_ttl_is_accepted_under_the_design_s_name_too() -> None:
+    with DAG("ttl_alias", schedule=None):
+        by_design = LeasedPythonOperator(task_id="a", python_callable=noop, ttl=30)
+        airflow_style = LeasedPythonOperator(task_id="b", python_callable=noop, lease_ttl=45)
+        default = LeasedPythonOperator(task_id="c", python_callable=noop)
+    assert by_design.lease_options.lease_ttl == 30
+    assert airflow_style.lease_options.lease_ttl == 45
+    assert default.lease_options.lease_ttl == 60
 
 
 def test_templated_key_is_checked_once_rendered_not_at_parse_time() -> None:
