@@ -14,52 +14,16 @@ shared one. The outages are real:
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
 
 import pytest
+from outage_support import Holder, renew_failures, until
 from servers.redis_server import RedisServer
 
-from lease_integrations import Lease, LeaseLock, LeaseLost, connect
+from lease_integrations import LeaseLost, connect
 from lease_integrations.core.store import LeaseStore
 
 FAST = "socket_timeout=0.3&connect_timeout=0.3"
-
-
-def until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.01)
-
-
-def renew_failures(caplog: pytest.LogCaptureFixture, key: str) -> int:
-    return sum(1 for r in caplog.records
-               if getattr(r, "lease_event", None) == "renew_failed"
-               and getattr(r, "lease_key", None) == key)
-
-
-class Holder:
-    """A held lease with a loss callback that notes the wall-clock instant."""
-
-    def __init__(self, store: LeaseStore, key: str, ttl: float, margin: float) -> None:
-        self.lock = LeaseLock(store, key, ttl=ttl, heartbeat=1.0, margin=margin,
-                              on_lost="check")
-        self.lease: Lease = self.lock.acquire()
-        self.lost_at: datetime | None = None
-        self.lost_event = threading.Event()
-        self.lease.on_lost(self._lost)
-
-    def _lost(self, _lease: Lease) -> None:
-        self.lost_at = datetime.now(timezone.utc)
-        self.lost_event.set()
-
-    def wait_for_renewal(self, timeout: float = 15.0) -> float:
-        before = self.lease.trusted_until
-        until(lambda: self.lease.trusted_until > before, timeout, "a renewal")
-        return self.lease.trusted_until
 
 
 @pytest.fixture
