@@ -10,8 +10,10 @@ it alive?" without reading code::
 
 Each command takes ``--json`` for scripts. The store is ``--url``; else, with
 ``--airflow-conn CONN_ID`` (Airflow installed), the store the Airflow tasks
-use: that Connection (theirs is ``lease_default`` unless set otherwise); else
-``$LEASE_STORE_URL``; else the embedded SQLite default (as ``connect()``).
+use: that Connection (theirs is ``lease_default`` unless set otherwise); else,
+with ``--prefect-block NAME`` (Prefect installed), the URL kept in that
+``LeaseStoreBlock``; else ``$LEASE_STORE_URL``; else the embedded SQLite
+default (as ``connect()``).
 URLs are always printed with their password masked.
 
 Exit codes:
@@ -44,7 +46,8 @@ AIRFLOW_DEFAULT_CONN = "lease_default"
 
 EPILOG = """\
 store URL: --url, else the Airflow Connection named by --airflow-conn, else
-$LEASE_STORE_URL, else the embedded SQLite default.
+the Prefect LeaseStoreBlock named by --prefect-block, else $LEASE_STORE_URL,
+else the embedded SQLite default.
 
 exit codes:
   0  ok (also an empty list, or break of a lease that is not held)
@@ -89,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--airflow-conn", default=argparse.SUPPRESS, metavar="CONN_ID",
                         help="use the store of this Airflow Connection, as the Airflow tasks "
                              f"do (theirs is {AIRFLOW_DEFAULT_CONN!r} unless set otherwise)")
+    common.add_argument("--prefect-block", default=argparse.SUPPRESS, metavar="NAME",
+                        help="use the store of this Prefect LeaseStoreBlock (store='block:NAME')")
 
     parser = argparse.ArgumentParser(
         prog="leasectl", description="Inspect and break lease_integrations leases.",
@@ -100,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--airflow-conn", default=None, metavar="CONN_ID",
                         help="use the store of this Airflow Connection, as the Airflow tasks "
                              f"do (theirs is {AIRFLOW_DEFAULT_CONN!r} unless set otherwise)")
+    parser.add_argument("--prefect-block", default=None, metavar="NAME",
+                        help="use the store of this Prefect LeaseStoreBlock (store='block:NAME')")
     parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -135,17 +142,13 @@ def _version() -> str:
 
 def _missing_sqlite_file(url: str) -> Path | None:
     """The SQLite store creates its file on first use; the console must not,
-    or a typo in --url would show an empty store instead of an error. (Mirrors
-    the path rules of ``SqliteStore.from_url``.)"""
-    parts = parse_url(url)
-    if parts.scheme.lower() != "sqlite":
+    or a typo in --url would show an empty store instead of an error."""
+    if parse_url(url).scheme.lower() != "sqlite":
         return None
-    raw = (parts.netloc + parts.path) if parts.netloc not in ("", "localhost") else parts.path
-    if raw.startswith("//"):
-        raw = "/" + raw.lstrip("/")
-    if not raw or Path(raw).exists():
-        return None  # an empty path is from_url's error to report
-    return Path(raw)
+    from .stores.sqlite import path_from_url
+
+    path = path_from_url(url)
+    return None if path.exists() else path
 
 
 def airflow_connection_url(conn_id: str) -> str | None:
@@ -164,13 +167,37 @@ def airflow_connection_url(conn_id: str) -> str | None:
             f"(pip install 'lease_integrations[airflow]'): {exc}") from None
 
 
-def open_store(url: str | None, airflow_conn: str | None = None) -> LeaseStore:
+def prefect_block_url(name: str) -> str:
+    """The store URL (password included) kept in a Prefect ``LeaseStoreBlock``,
+    loaded from the Prefect API the flows use (``PREFECT_API_URL``)."""
+    if not name.strip():
+        raise ConfigurationError(f"--prefect-block needs a block name, got {name!r}")
+    try:
+        from .prefect.block import LeaseStoreBlock
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"--prefect-block {name!r} needs Prefect installed in this environment "
+            f"(pip install 'lease_integrations[prefect]'): {exc}") from None
+    try:
+        block = LeaseStoreBlock.load(name)
+    except ValueError as exc:  # Prefect's "unable to find block document"
+        raise ConfigurationError(f"no Prefect LeaseStoreBlock named {name!r}: {exc}") from None
+    url: str = block.get_url()
+    return url
+
+
+def open_store(url: str | None, airflow_conn: str | None = None,
+               prefect_block: str | None = None) -> LeaseStore:
     from .stores import connect
 
-    if url is not None and airflow_conn is not None:
-        raise ConfigurationError("give either --url or --airflow-conn, not both")
+    given = [flag for flag, value in (("--url", url), ("--airflow-conn", airflow_conn),
+                                      ("--prefect-block", prefect_block)) if value is not None]
+    if len(given) > 1:
+        raise ConfigurationError(f"give only one of {', '.join(given)}")
     if airflow_conn is not None:
         url = airflow_connection_url(airflow_conn)
+    if prefect_block is not None:
+        url = prefect_block_url(prefect_block)
     resolved = resolve_url(url)
     missing = _missing_sqlite_file(resolved)
     if missing is not None:
@@ -186,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # exits 2 on usage errors
     try:
-        store = open_store(args.url, args.airflow_conn)
+        store = open_store(args.url, args.airflow_conn, args.prefect_block)
         try:
             code: int = args.run(store, args)
         finally:

@@ -94,6 +94,22 @@ def _record(row: tuple[Any, ...]) -> LeaseRecord:
                        _dt(now), json.loads(meta))
 
 
+def path_from_url(url: str) -> Path:
+    """The database file a ``sqlite:`` URL names: ``sqlite:///abs/path.db`` and
+    SQLAlchemy's ``sqlite:////abs/path.db`` are absolute, ``sqlite:rel.db`` is
+    relative to the working directory."""
+    parts = parse_url(url)
+    raw = (parts.netloc + parts.path) if parts.netloc not in ("", "localhost") else parts.path
+    if not raw:
+        raise ConfigurationError(
+            f"SQLite URL {url!r} names no file; use sqlite:///absolute/path.db "
+            "or sqlite:relative/path.db"
+        )
+    if raw.startswith("//"):
+        raw = "/" + raw.lstrip("/")
+    return Path(raw)
+
+
 class SqliteStore(LeaseStore):
     """Leases in one SQLite file; safe across processes on one host (not
     across hosts: SQLite's locking does not work over network filesystems)."""
@@ -118,17 +134,8 @@ class SqliteStore(LeaseStore):
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SqliteStore:
-        parts = parse_url(url)
-        opts = query_options(parts, {"timeout": float}, url)
-        raw = (parts.netloc + parts.path) if parts.netloc not in ("", "localhost") else parts.path
-        if not raw:
-            raise ConfigurationError(
-                f"SQLite URL {url!r} names no file; use sqlite:///absolute/path.db "
-                "or sqlite:relative/path.db"
-            )
-        if raw.startswith("//"):
-            raw = "/" + raw.lstrip("/")  # sqlite:////abs/path, as SQLAlchemy writes it
-        path = Path(raw)
+        opts = query_options(parse_url(url), {"timeout": float}, url)
+        path = path_from_url(url)
         default = path.parent == default_state_dir()
         busy = float(options.pop("busy_timeout", opts.get("timeout", 10.0)))  # type: ignore[arg-type]
         if options:

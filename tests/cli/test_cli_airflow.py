@@ -22,7 +22,7 @@ AIRFLOW_LEASECTL = ROOT / ".venv-airflow" / "bin" / "leasectl"
 def test_airflow_conn_and_url_together_is_a_usage_error(leasectl: Leasectl) -> None:
     result = leasectl("--url", "sqlite:///x.db", "--airflow-conn", "lease_ops", "list")
     assert result.code == exits.USAGE
-    assert "either --url or --airflow-conn" in result.err
+    assert "only one of --url, --airflow-conn" in result.err
 
 
 def has_airflow() -> bool:
