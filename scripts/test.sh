@@ -34,14 +34,14 @@ phase() {  # name, command...
 
 phase "ruff" .venv/bin/ruff check lease_integrations tests example_dags example_flows benchmarks
 phase "mypy" .venv/bin/mypy
-phase "core and stores" .venv/bin/pytest -q -p no:cacheprovider tests \
+phase "core and stores" .venv/bin/pytest -q -p no:cacheprovider --durations=10 tests \
   --ignore=tests/airflow --ignore=tests/prefect "$@"
 for v in 3.10 3.12 3.13; do
   phase "core on Python $v" ".venv-py$v/bin/pytest" -q -p no:cacheprovider tests/core tests/conformance \
     -k "memory or sqlite or not store" "$@"
 done
-phase "airflow" .venv-airflow/bin/pytest -q -p no:cacheprovider tests/airflow "$@"
-phase "prefect" .venv-prefect/bin/pytest -q -p no:cacheprovider tests/prefect "$@"
+phase "airflow" .venv-airflow/bin/pytest -q -p no:cacheprovider --durations=10 tests/airflow "$@"
+phase "prefect" .venv-prefect/bin/pytest -q -p no:cacheprovider --durations=10 tests/prefect "$@"
 
 echo
 echo "total: $((SECONDS - start)) s"
