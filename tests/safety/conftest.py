@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,17 +12,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 ROWS: list[dict[str, object]] = []
 
 
-@pytest.fixture(scope="session", autouse=True)
-def safety_table() -> Iterator[list[dict[str, object]]]:
-    yield ROWS
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The store x fault table, printed after the run even under -q."""
     if not ROWS:
         return
     head = ("store", "fault", "grants", "overlaps (explained)", "stale writes rejected",
             "recovery after SIGKILL (median)", "lost records")
-    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    terminalreporter.section("safety results")
+    terminalreporter.write_line(" | ".join(head))
+    terminalreporter.write_line(" | ".join("---" for _ in head))
     for row in ROWS:
-        lines.append(" | ".join(str(row.get(k, "")) for k in head))
-    sys.stdout.write("\n\nsafety results\n" + "\n".join(lines) + "\n")
+        terminalreporter.write_line(" | ".join(str(row.get(k, "")) for k in head))
 
 
 def record(store_url: str, fault: str, verdict: object, **extra: object) -> None:
