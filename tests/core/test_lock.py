@@ -218,3 +218,28 @@ def test_one_heartbeat_thread_serves_every_lease(local_store: LeaseStore, key: s
     finally:
         for lock, lease in zip(locks, leases):
             lock.release(lease)
+
+
+def test_break_interrupts_the_main_thread_blocked_in_a_socket_read(
+    local_store: LeaseStore, key: str
+) -> None:
+    import socket
+
+    lock = LeaseLock(local_store, key, ttl=1.5)
+    started = threading.Event()
+    reader, writer = socket.socketpair()
+
+    def breaker() -> None:
+        wait_for(started, 5, "the holder to block")
+        local_store.force_release(key, by="test")
+
+    threading.Thread(target=breaker, daemon=True).start()
+    try:
+        with pytest.raises(LeaseLost), lock.hold():
+            started.set()
+            reader.settimeout(30)
+            reader.recv(1)  # nothing is ever sent: only the loss can end this
+            pytest.fail("the read was not interrupted")
+    finally:
+        reader.close()
+        writer.close()
