@@ -69,10 +69,10 @@ def test_randomised_soak(soak: Scenario) -> None:
                 resume_at = time.monotonic() + rng.uniform(0.5, 2.5) * TTL
                 soak.pause(victim, until=lambda at=resume_at: time.monotonic() >= at, timeout=10 * TTL)
             elif proxy is not None:
-                start = time.monotonic_ns()
+                # A reset is not a partition: the store reconnects inside the
+                # trust window, so it may explain no overlap (logged, not excused).
                 proxy.cut()
-                for name in alive:
-                    soak.cut_off(name, start, time.monotonic_ns())
+                soak.log.write("reset")
             faults[action] += 1
         for name in list(alive):
             soak.kill(name)
