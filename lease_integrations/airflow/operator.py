@@ -9,7 +9,6 @@ key and the store.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -20,6 +19,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock, LeaseStore, connect
 
 from .connections import DEFAULT_CONN_ID, resolve_store_url
+from .meta import task_meta
 from .options import DEFAULT_TTL, LeaseOptions, default_key
 from .signals import release_on_sigterm
 from .trigger import LeaseReleasedTrigger
@@ -111,7 +111,7 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
             key = default_key(self.dag_id, self.task_id, getattr(context["ti"], "map_index", -1))
         store = connect(resolve_store_url(options.lease_conn_id))
         try:
-            lock = options.lock_for(key, store, _holder_meta(context))
+            lock = options.lock_for(key, store, task_meta(context))
             return self._run_leased(lock, store, context)
         finally:
             store.close()
@@ -199,19 +199,3 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
             method_name="execute_after_wait",
             timeout=None if remaining is None else timedelta(seconds=remaining),
         )
-
-
-def _holder_meta(context: Any) -> dict[str, Any]:
-    """Who holds the lease, as a person running ``leasectl list`` wants to see it."""
-    ti = context["ti"]
-    dag_run = context.get("dag_run")
-    run_type = getattr(dag_run, "run_type", None)
-    return {
-        "dag_id": ti.dag_id,
-        "run_id": ti.run_id,
-        "run_type": getattr(run_type, "value", run_type),
-        "task_id": ti.task_id,
-        "try_number": ti.try_number,
-        "map_index": ti.map_index,
-        "host": getattr(ti, "hostname", None) or socket.gethostname(),
-    }

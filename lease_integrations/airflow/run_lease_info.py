@@ -9,7 +9,6 @@ run's XCom (not in the DAG file) and nowhere else.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -18,6 +17,7 @@ from lease_integrations import LeaseRecord, LeaseStore, connect
 from lease_integrations.core import mask_url, resolve_url
 
 from .connections import resolve_store_url
+from .meta import run_meta
 
 XCOM_KEY = "dag_run_lease"
 #: Where the guard puts the run's lease in a work task's context.
@@ -95,13 +95,4 @@ def dag_run_lease_of(context: Mapping[str, Any],
 
 def run_holder_meta(context: Mapping[str, Any]) -> dict[str, Any]:
     """The holder's meta names the DAG run, not a task: the run holds the lease."""
-    ti = context["ti"]
-    dag_run = context.get("dag_run")
-    run_type = getattr(dag_run, "run_type", None)
-    return {
-        "dag_id": ti.dag_id,
-        "run_id": ti.run_id,
-        "run_type": getattr(run_type, "value", run_type),
-        "scope": "dag_run",
-        "host": getattr(ti, "hostname", None) or socket.gethostname(),
-    }
+    return {**run_meta(context), "scope": "dag_run"}
