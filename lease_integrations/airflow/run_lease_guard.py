@@ -68,12 +68,8 @@ class RunLeaseWatch:
         self._stop.set()
         interrupter, self._interrupter = self._interrupter, None
         self.lease.mark_released()  # stops callbacks: the task is past its work
-        while interrupter is not None:
-            try:
-                interrupter.disarm()
-                break
-            except LeaseLost:  # a loss already on its way landed here: finish disarming
-                continue
+        if interrupter is not None:
+            interrupter.disarm()
         self.store.close()
 
     def _watch(self) -> None:

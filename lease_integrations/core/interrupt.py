@@ -65,6 +65,17 @@ class Interrupter:
         raise NotImplementedError
 
     def disarm(self) -> None:
+        """Stop interrupting. A ``LeaseLost`` already on its way may land while
+        we disarm; it is swallowed and disarming finishes, since the caller is
+        leaving the protected block anyway (and checks the loss flag itself)."""
+        while True:
+            try:
+                self._disarm()
+                return
+            except LeaseLost:
+                continue
+
+    def _disarm(self) -> None:
         raise NotImplementedError
 
 
@@ -83,7 +94,7 @@ class MainThreadInterrupt(Interrupter):
         assert INTERRUPT_SIGNAL is not None
         signal.pthread_kill(threading.main_thread().ident or 0, INTERRUPT_SIGNAL)
 
-    def disarm(self) -> None:
+    def _disarm(self) -> None:
         with _registry_lock:
             if not self._armed:
                 return
@@ -108,7 +119,7 @@ class ThreadInterrupt(Interrupter):
                 ctypes.c_ulong(self._thread_id), ctypes.py_object(error_type)
             )
 
-    def disarm(self) -> None:
+    def _disarm(self) -> None:
         with self._mutex:
             if self._armed:
                 self._armed = False

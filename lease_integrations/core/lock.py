@@ -298,14 +298,8 @@ class LeaseLock:
     def _disarm(self, lease: Lease) -> None:
         with self._mutex:
             interrupter = self._interrupters.pop(id(lease), None)
-        if interrupter is None:
-            return
-        while True:  # a LeaseLost already on its way may land right here
-            try:
-                interrupter.disarm()
-                return
-            except LeaseLost:
-                continue
+        if interrupter is not None:
+            interrupter.disarm()
 
     def _release_quietly(self, lease: Lease) -> None:
         """Release on the way out of a block without masking the block's own
