@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from lease_integrations import Lease, LeaseLost, LeaseRecord, LeaseStore
-from lease_integrations.core import Interrupter, interrupter_for_current_thread
+from lease_integrations.core import interrupt
 
 from .run_lease_info import CONTEXT_KEY, DagRunLease, dag_run_lease_of
 
@@ -48,7 +48,7 @@ class RunLeaseWatch:
         self.lease = Lease(record, ttl=info.ttl, margin=info.ttl / 10, attempt_started=0.0)
         self._trust(time.monotonic(), record)
         self._stop = threading.Event()
-        self._interrupter: Interrupter | None = None
+        self._block: interrupt.Block | None = None
         self._thread: threading.Thread | None = None
 
     def _trust(self, read_started: float, record: LeaseRecord) -> None:
@@ -58,18 +58,17 @@ class RunLeaseWatch:
         self.lease.renewed(read_started + remaining - self.info.ttl)
 
     def start(self) -> None:
-        self._interrupter = interrupter_for_current_thread()
-        self.lease.on_lost(self._interrupter.fire)
+        self._block = interrupt.arm(self.lease)
         self._thread = threading.Thread(target=self._watch, name="dag-run-lease-watch",
                                         daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        interrupter, self._interrupter = self._interrupter, None
+        block, self._block = self._block, None
         self.lease.mark_released()  # stops callbacks: the task is past its work
-        if interrupter is not None:
-            interrupter.disarm()
+        if block is not None:
+            interrupt.disarm(block)
         self.store.close()
 
     def _watch(self) -> None:

@@ -11,11 +11,12 @@ from .errors import (
     ConfigurationError,
     LeaseBusy,
     LeaseError,
+    LeaseInterrupted,
     LeaseLost,
     StaleToken,
     StoreUnavailable,
 )
-from .interrupt import Interrupter, interrupter_for_current_thread
+from .interrupt import set_interrupt_signal
 from .lease import Lease
 from .lock import LeaseLock
 from .record import AcquireResult, LeaseRecord
@@ -35,20 +36,20 @@ __all__ = [
     "ON_LOST_POLICIES",
     "AcquireResult",
     "ConfigurationError",
-    "Interrupter",
     "Lease",
     "LeaseBusy",
     "LeaseError",
     "LeaseEvent",
+    "LeaseInterrupted",
     "LeaseLock",
     "LeaseLost",
     "LeaseRecord",
     "LeaseStore",
     "StaleToken",
     "StoreUnavailable",
-    "interrupter_for_current_thread",
     "mask_url",
     "resolve_url",
+    "set_interrupt_signal",
     "validate_heartbeat",
     "validate_key",
     "validate_policy",
