@@ -6,6 +6,7 @@ browser bundle)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
 import os
@@ -42,8 +43,13 @@ class Browser:
                  f"--remote-debugging-port={port}", "--remote-debugging-address=127.0.0.1",
                  "about:blank"],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        self.ws: ClientConnection = connect(self._page_socket(port), max_size=64 * 2**20,
-                                            open_timeout=START_WAIT)
+        self._stack = contextlib.ExitStack()
+        try:
+            self.ws: ClientConnection = self._stack.enter_context(
+                connect(self._page_socket(port), max_size=64 * 2**20, open_timeout=START_WAIT))
+        except BaseException:
+            self._stop_process()
+            raise
         self._ids = itertools.count(1)
 
     def _page_socket(self, port: int) -> str:
@@ -105,13 +111,16 @@ class Browser:
 
     def close(self) -> None:
         try:
-            self.ws.close()
+            self._stack.close()
         finally:
-            if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                try:
-                    self.proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                    self.proc.wait(10)
-            shutil.rmtree(self.profile, ignore_errors=True)
+            self._stop_process()
+
+    def _stop_process(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        shutil.rmtree(self.profile, ignore_errors=True)
