@@ -19,6 +19,10 @@ STORES: dict[str, str] = {
     "sqlite": "lease_integrations.stores.sqlite:SqliteStore",
     "redis": "lease_integrations.stores.redis:RedisStore",
     "rediss": "lease_integrations.stores.redis:RedisStore",
+    "redis+cluster": "lease_integrations.stores.redis:RedisStore",
+    "rediss+cluster": "lease_integrations.stores.redis:RedisStore",
+    "redis+sentinel": "lease_integrations.stores.redis:RedisStore",
+    "rediss+sentinel": "lease_integrations.stores.redis:RedisStore",
     "postgresql": "lease_integrations.stores.postgres:PostgresStore",
     "postgres": "lease_integrations.stores.postgres:PostgresStore",
     "mongodb": "lease_integrations.stores.mongo:MongoStore",
@@ -26,7 +30,9 @@ STORES: dict[str, str] = {
 }
 
 #: extra that installs a store's client library, for the error message
-EXTRAS = {"redis": "redis", "rediss": "redis", "postgresql": "postgres",
+EXTRAS = {"redis": "redis", "rediss": "redis", "redis+cluster": "redis",
+          "rediss+cluster": "redis", "redis+sentinel": "redis", "rediss+sentinel": "redis",
+          "postgresql": "postgres",
           "postgres": "postgres", "mongodb": "mongo", "mongodb+srv": "mongo"}
 
 
