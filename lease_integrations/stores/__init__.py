@@ -36,12 +36,24 @@ EXTRAS = {"redis": "redis", "rediss": "redis", "redis+cluster": "redis",
           "postgres": "postgres", "mongodb": "mongo", "mongodb+srv": "mongo"}
 
 
+#: schemes whose URLs list several hosts (``host:port,host:port``): the store
+#: parses those itself, a single port does not describe them.
+MULTI_HOST = {"redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"}
+
+
+def _scheme(url: str) -> str:
+    head = url.partition("://")[0].lower()
+    if head in MULTI_HOST:
+        return head
+    return parse_url(url).scheme.lower()
+
+
 def check_url(url: str) -> str:
     """Check a store URL's shape without connecting: a scheme we know and a
     parseable port. For checks at DAG-parse or decoration time, where
     connecting would be too early. Returns the URL, stripped."""
     resolved = resolve_url(url)
-    scheme = parse_url(resolved).scheme.lower()
+    scheme = _scheme(resolved)
     if scheme not in STORES:
         known = ", ".join(f"{s}://" for s in STORES)
         raise ConfigurationError(
@@ -66,7 +78,7 @@ def connect(url: str | None = None, **options: Any) -> LeaseStore:
 
         return PostgresStore.from_engine(url, **options)
     resolved = check_url(resolve_url(url))
-    scheme = parse_url(resolved).scheme.lower()
+    scheme = _scheme(resolved)
     module_name, class_name = STORES[scheme].split(":")
     try:
         module = importlib.import_module(module_name)
