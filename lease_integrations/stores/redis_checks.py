@@ -27,36 +27,61 @@ import redis
 from ..core.errors import ConfigurationError, StoreUnavailable
 
 #: Commands the store sends itself (outside its scripts): script calls, the
-#: connect check, ``list`` (SCAN), ``history`` (LRANGE), ``wait_for_release``
-#: (EXISTS, SUBSCRIBE) and the eviction-policy check (INFO).
-CLIENT_COMMANDS = ("evalsha", "script|load", "ping", "info", "scan", "exists", "lrange",
-                   "subscribe", "unsubscribe")
+#: connect check, ``list`` (SCAN; and SCRIPT EXISTS, which redis-py sends before
+#: a pipeline of scripts), ``history`` (LRANGE), ``wait_for_release`` (EXISTS,
+#: SUBSCRIBE) and the eviction-policy check (INFO).
+CLIENT_COMMANDS = ("evalsha", "script|load", "script|exists", "ping", "info", "scan", "exists",
+                   "lrange", "subscribe", "unsubscribe")
 
-#: Commands about channels: probed with a channel name, not a key.
-_CHANNEL_COMMANDS = {"publish", "spublish", "subscribe", "ssubscribe"}
+#: The arguments each command is checked with: K is a key under the prefix,
+#: C a channel under it. ``redis.acl_check_cmd`` does not check arity, and
+#: Redis 7.0 crashes on a keyed command given fewer arguments than its key
+#: spec reads (say, EVALSHA without numkeys), so every entry here is a
+#: complete, well-formed call, and a command not listed is never probed (it is
+#: still in the rule). EVALSHA is not listed: the probe's own call checks it.
+PROBE_ARGS: dict[str, tuple[str, ...]] = {
+    "time": (), "ping": (), "info": ("memory",), "scan": ("0",),
+    "script|load": ("return 1",), "script|exists": ("0" * 40,),
+    "get": ("K",), "set": ("K", "0"), "del": ("K",), "unlink": ("K",), "exists": ("K",),
+    "incr": ("K",), "incrby": ("K", "1"), "pttl": ("K",), "ttl": ("K",),
+    "pexpire": ("K", "1"), "expire": ("K", "1"), "pexpireat": ("K", "1"), "persist": ("K",),
+    "hget": ("K", "f"), "hmget": ("K", "f"), "hset": ("K", "f", "v"), "hsetnx": ("K", "f", "v"),
+    "hdel": ("K", "f"), "hgetall": ("K",), "hexists": ("K", "f"), "hlen": ("K",),
+    "hincrby": ("K", "f", "1"), "hmset": ("K", "f", "v"),
+    "rpush": ("K", "v"), "lpush": ("K", "v"), "ltrim": ("K", "0", "1"),
+    "lrange": ("K", "0", "1"), "llen": ("K",), "lindex": ("K", "0"),
+    "publish": ("C", "m"), "spublish": ("C", "m"), "subscribe": ("C",),
+    "ssubscribe": ("C",), "unsubscribe": ("C",), "sunsubscribe": ("C",),
+}
 
+_SEP = "\x1f"
 _CALL = re.compile(r"redis\.p?call\(\s*['\"]([A-Za-z]+)['\"]")
 
-# KEYS[1]: a key under the prefix. ARGV[1]: a channel under the prefix;
-# ARGV[2..]: commands ("script|load" for a subcommand). Returns the commands
-# the user may not run there, or {"?"} when Redis has no acl_check_cmd.
+# ARGV: complete commands, words joined by \x1f. Returns the ones the user may
+# not run, or {"?"} when Redis has no acl_check_cmd (Redis 6).
 PROBE = """
 if type(redis.acl_check_cmd) ~= 'function' then return {'?'} end
 local missing = {}
-for i = 2, #ARGV do
+for i = 1, #ARGV do
   local args = {}
-  for word in string.gmatch(ARGV[i], '[^|]+') do args[#args + 1] = word end
-  local lower = string.lower(args[1])
-  if lower == 'publish' or lower == 'spublish' or lower == 'subscribe' or lower == 'ssubscribe' then
-    args[#args + 1] = ARGV[1]
-  else
-    args[#args + 1] = KEYS[1]
-  end
+  for word in string.gmatch(ARGV[i], '[^\\31]+') do args[#args + 1] = word end
   local ok, allowed = pcall(redis.acl_check_cmd, unpack(args))
-  if ok and not allowed then missing[#missing + 1] = ARGV[i] end
+  if ok and not allowed then missing[#missing + 1] = i end
 end
 return missing
 """
+
+
+def probe_calls(commands: Iterable[str], key: str, channel: str) -> list[tuple[str, str]]:
+    """(command, encoded call) for every command we know how to probe safely."""
+    calls = []
+    for name in commands:
+        if name not in PROBE_ARGS:
+            continue
+        words = [*name.split("|"),
+                 *({"K": key, "C": channel}.get(a, a) for a in PROBE_ARGS[name])]
+        calls.append((name, _SEP.join(words)))
+    return calls
 
 
 def script_commands(scripts: Iterable[str]) -> list[str]:
@@ -104,10 +129,10 @@ def connect_check(client: Any, scripts: Sequence[Any], *, cluster: bool, probe_k
                     pipe.script_load(source)
                 pipe.execute()
             probe = client.register_script(PROBE)
-            missing = probe(keys=[probe_key],
-                            args=[probe_channel, *required_commands(sources)])
+            calls = probe_calls(required_commands(sources), probe_key, probe_channel)
+            missing = probe(keys=[probe_key], args=[encoded for _, encoded in calls])
             if missing and missing != ["?"]:
-                what = ", ".join(f"+{m}" for m in missing)
+                what = ", ".join(f"+{calls[int(i) - 1][0]}" for i in missing)
                 raise _refused(url, f"commands or key/channel rights: {what} "
                                     f"(checked on key {probe_key!r}, channel {probe_channel!r})",
                                rule)
