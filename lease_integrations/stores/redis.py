@@ -136,7 +136,7 @@ class RedisStore(LeaseStore):
         try:
             yield
         except (redis.RedisError, RedisClusterException) as exc:
-            raise StoreUnavailable(f"Redis error: {type(exc).__name__}: {exc}",
+            raise StoreUnavailable(f"Redis error: {redis_connect.short_error(exc)}",
                                    url=self.url) from exc
 
     def _tag(self, key: str) -> str:

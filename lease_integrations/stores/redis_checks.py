@@ -23,8 +23,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from ..core.errors import ConfigurationError, StoreUnavailable
+from .redis_connect import short_error
 
 #: Commands the store sends itself (outside its scripts): script calls, the
 #: connect check, ``list`` (SCAN; and SCRIPT EXISTS, which redis-py sends before
@@ -149,7 +151,10 @@ def connect_check(client: Any, scripts: Sequence[Any], *, cluster: bool, probe_k
             client.close()
             if attempt == 1 and not isinstance(exc, redis.TimeoutError):
                 continue
-            raise StoreUnavailable(f"cannot reach Redis: {exc}", url=url) from None
+            raise StoreUnavailable(f"cannot reach Redis: {short_error(exc)}", url=url) from None
+        except RedisClusterException as exc:  # not a RedisError: a Cluster that lost slots
+            client.close()
+            raise StoreUnavailable(f"cannot reach Redis: {short_error(exc)}", url=url) from None
         except redis.RedisError as exc:
             client.close()
             if "DB index" in str(exc):

@@ -218,7 +218,9 @@ def _sentinel(s: RedisSettings, size: int) -> redis.Redis:
     conn = _connection_kwargs(s)
     sentinel_kwargs: dict[str, Any] = {
         "socket_timeout": s.socket_timeout, "socket_connect_timeout": s.connect_timeout,
-        **_tls_kwargs(s)}
+        # redis.Redis() would retry each sentinel 10 times with backoff; the
+        # manager tries the next sentinel instead.
+        "retry": no_retry(), **_tls_kwargs(s)}
     if s.sentinel_auth:
         sentinel_kwargs.update(username=s.username, password=s.password)
     manager = Sentinel(list(s.nodes), sentinel_kwargs=sentinel_kwargs,  # type: ignore[no-untyped-call]
@@ -245,11 +247,25 @@ _BlockingSentinelPool = _blocking_sentinel_pool()
 def build_clients(s: RedisSettings) -> tuple[Any, Any]:
     """The store's client and the small one its heartbeat renews through."""
     make = {"single": _single, "cluster": _cluster, "sentinel": _sentinel}[s.topology]
+    from redis.exceptions import RedisClusterException
+
     try:
-        return make(s, s.max_connections), make(s, RENEW_CONNECTIONS)
-    except redis.RedisError as exc:  # a Cluster asks for its topology at once
-        raise StoreUnavailable(f"cannot reach Redis: {type(exc).__name__}: {exc}",
+        client = make(s, s.max_connections)
+    except (redis.RedisError, RedisClusterException) as exc:  # a Cluster asks at once
+        raise StoreUnavailable(f"cannot reach Redis: {short_error(exc)}",
                                url=mask_url(s.url)) from None
+    try:
+        return client, make(s, RENEW_CONNECTIONS)
+    except (redis.RedisError, RedisClusterException) as exc:
+        client.close()
+        raise StoreUnavailable(f"cannot reach Redis: {short_error(exc)}",
+                               url=mask_url(s.url)) from None
+
+
+def short_error(exc: BaseException) -> str:
+    """A redis-py error without the client reprs some of them carry (Sentinel's
+    "No master found" appends every pool's settings)."""
+    return f"{type(exc).__name__}: {str(exc).split(' : <')[0][:300]}"
 
 
 # -- clients the user built -------------------------------------------------------

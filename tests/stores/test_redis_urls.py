@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 import redis
+from servers.redis_server import free_port
 
 from lease_integrations import connect
-from lease_integrations.core.errors import ConfigurationError
+from lease_integrations.core.errors import ConfigurationError, StoreUnavailable
 from lease_integrations.stores.redis import RedisStore
 from lease_integrations.stores.redis_connect import parse
 
@@ -45,6 +46,20 @@ def test_a_password_in_a_multi_host_url_is_never_shown() -> None:
     with pytest.raises(ConfigurationError) as caught:
         connect("redis+cluster://user:hunter2-pw@a:7000,b:7001/5")
     assert "hunter2-pw" not in str(caught.value)
+
+
+@pytest.mark.parametrize("url", [
+    "redis+cluster://user:hunter2-pw@127.0.0.1:{port}?connect_timeout=2",
+    "redis+sentinel://user:hunter2-pw@127.0.0.1:{port}/leases/0?connect_timeout=2",
+])
+def test_an_unreachable_cluster_or_sentinel_is_store_unavailable_with_a_short_masked_message(
+    url: str,
+) -> None:
+    with pytest.raises(StoreUnavailable) as caught:
+        connect(url.format(port=free_port()))
+    message = str(caught.value)
+    assert "hunter2-pw" not in message and "***" in message
+    assert "<redis" not in message, "no client reprs in the message"
 
 
 def test_url_clients_use_a_waiting_pool_of_the_given_size_and_a_renew_pool(redis_url: str) -> None:
