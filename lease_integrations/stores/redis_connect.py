@@ -291,7 +291,20 @@ def adopt_client(client: Any) -> None:
     retry = client.get_retry() if isinstance(client, redis.Redis) else client.retry
     if retry is None or retry.get_retries() > 0:
         log.debug("lease store: switching the Redis client's automatic retries off")
-        client.set_retry(no_retry())
+        _set_retry(client, no_retry())
+
+
+def _set_retry(client: Any, retry: Retry) -> None:
+    pool = getattr(client, "connection_pool", None)
+    if not isinstance(pool, redis.BlockingConnectionPool):
+        client.set_retry(retry)
+        return
+    # redis-py 8.1's BlockingConnectionPool.set_retry reads attributes only the
+    # plain pool has (AttributeError): update its settings and connections here.
+    pool.connection_kwargs["retry"] = retry
+    for connection in getattr(pool, "_connections", ()):
+        if connection is not None:
+            connection.retry = retry
 
 
 def renew_client_for(client: Any) -> Any | None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 from servers.redis_server import free_port
 
 from lease_integrations import connect
@@ -72,9 +74,14 @@ def test_url_clients_use_a_waiting_pool_of_the_given_size_and_a_renew_pool(redis
         assert store._client.get_retry().get_retries() == 0
 
 
-def test_a_user_built_client_gets_its_retries_switched_off_and_a_renew_pool(redis_url: str) -> None:
+@pytest.mark.parametrize("pool_class", [redis.ConnectionPool, redis.BlockingConnectionPool])
+def test_a_user_built_client_gets_its_retries_switched_off_and_a_renew_pool(
+    redis_url: str, pool_class: type[redis.ConnectionPool]
+) -> None:
     port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
-    client = redis.Redis(host="127.0.0.1", port=port, decode_responses=True)
+    pool = pool_class(host="127.0.0.1", port=port, decode_responses=True,
+                      retry=Retry(ExponentialBackoff(), 3))
+    client = redis.Redis(connection_pool=pool)
 
     def connection_retries() -> int:
         connection = client.connection_pool.get_connection()
@@ -83,7 +90,7 @@ def test_a_user_built_client_gets_its_retries_switched_off_and_a_renew_pool(redi
         finally:
             client.connection_pool.release(connection)
 
-    assert connection_retries() > 0  # redis.Redis() retries timeouts by default (10 times)
+    assert connection_retries() == 3
     store = RedisStore(client, url=redis_url)
     try:
         assert connection_retries() == 0
