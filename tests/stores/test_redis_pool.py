@@ -5,6 +5,7 @@ own small pool) never starve behind the crowd."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -71,3 +72,25 @@ def test_200_threads_on_one_store_object_get_no_errors_and_the_holder_keeps_its_
         assert counts["grants"] > 0
         lease.check()  # raises LeaseLost on a false loss
         holder.release(lease)
+
+
+def test_renewals_need_no_free_connection_in_the_stores_main_pool(redis_url: str, key: str) -> None:
+    """User traffic holding every pooled connection (slow calls, a stalled
+    burst) must not stop the heartbeat: renewals have their own pool."""
+    with connect(f"{redis_url}?max_connections=2&socket_timeout=1") as store:
+        lock = LeaseLock(store, key, ttl=1.0, on_lost="check")  # renewed every ~0.33 s
+        lease = lock.acquire(wait=0)
+        pool = store._client.connection_pool  # type: ignore[attr-defined]
+        taken = [pool.get_connection() for _ in range(2)]
+        try:
+            start = lease.trusted_until
+            deadline = time.monotonic() + 10
+            while lease.trusted_until < start + 2.0:  # two seconds of renewals, > the ttl
+                assert not lease.lost, "the lease was lost while the main pool was busy"
+                assert time.monotonic() < deadline, "the heartbeat stopped renewing"
+                time.sleep(0.02)
+        finally:
+            for connection in taken:
+                pool.release(connection)
+        lease.check()
+        lock.release(lease)
