@@ -33,7 +33,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .core.config import mask_url, parse_url, resolve_url
+from .core.config import mask_url, resolve_url
 from .core.errors import ConfigurationError, LeaseError, StoreUnavailable
 from .core.store import HISTORY_LIMIT, LeaseStore
 from .core.validation import validate_key
@@ -143,7 +143,7 @@ def _version() -> str:
 def _missing_sqlite_file(url: str) -> Path | None:
     """The SQLite store creates its file on first use; the console must not,
     or a typo in --url would show an empty store instead of an error."""
-    if parse_url(url).scheme.lower() != "sqlite":
+    if url.partition("://")[0].lower() != "sqlite":  # (multi-host URLs have no single port)
         return None
     from .stores.sqlite import path_from_url
 
