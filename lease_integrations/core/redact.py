@@ -63,7 +63,7 @@ def split_credentials(rest: str) -> tuple[str | None, str]:
     first_sep = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
     if not ats or first_sep == 0:  # no '@', or no authority at all (sqlite:///a@b.db)
         return None, rest
-    authority_ok = bool(_AUTHORITY.fullmatch(rest[:first_sep]))
+    authority_ok = bool(_AUTHORITY.fullmatch(rest[:first_sep].rpartition("@")[2]))
     q = rest.find("?")
     for at in reversed(ats):
         if authority_ok and 0 <= q < at and "=" in rest[q:at]:
@@ -80,6 +80,18 @@ def _mask_query(query: str) -> str:
             piece = f"{name}={MASK}"
         pieces.append(piece)
     return "&".join(pieces)
+
+
+def _mask_ports(authority: str) -> str:
+    """A "port" that is not a number is most likely a password whose ``@``
+    was forgotten (``redis://:secret``): show it as ``***``."""
+    hosts = []
+    for host in authority.split(","):
+        name, colon, port = host.rpartition(":")
+        if colon and port and not port.isdigit() and not host.endswith("]"):
+            host = f"{name}:{MASK}"
+        hosts.append(host)
+    return ",".join(hosts)
 
 
 def _mask_loose(text: str) -> str:
@@ -112,6 +124,8 @@ def mask_url(url: str) -> str:
             shown = f"{MASK}@"
         else:
             shown = f"{user}:{MASK}@" if colon else f"{userinfo}@"
+    first_sep = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    rest = _mask_ports(rest[:first_sep]) + rest[first_sep:]
     q = rest.find("?")
     if q >= 0:
         rest = rest[:q + 1] + _mask_query(rest[q + 1:])
