@@ -6,13 +6,8 @@ from __future__ import annotations
 
 import logging
 import traceback
-import uuid
-from collections.abc import Iterator
 
-import psycopg
 import pytest
-import redis
-from servers.postgres_server import PgServer
 from servers.redis_server import free_port
 
 from lease_integrations import (
@@ -25,6 +20,9 @@ from lease_integrations import (
 )
 
 from .leaks import ENCODED, PASSWORD, assert_no_secret, url_shapes
+from .secret_servers import postgres_role_url, redis_acl_url
+
+__all__ = ["postgres_role_url", "redis_acl_url"]  # fixtures used by name
 
 #: scheme -> (path, extra query) for a fast failure against a closed port.
 SCHEMES = {
@@ -72,37 +70,6 @@ def test_lease_store_url_from_the_environment_is_masked(
         with pytest.raises(LeaseError) as caught:
             connect()
         assert_no_secret(everything_said(caught.value))
-
-
-@pytest.fixture
-def redis_acl_url(redis_url: str) -> Iterator[str]:
-    """A Redis ACL user whose password has / # ? @ in it (on the shared server)."""
-    user = f"b2-{uuid.uuid4().hex[:8]}"
-    admin = redis.Redis.from_url(redis_url)
-    admin.acl_setuser(user, enabled=True, passwords=[f"+{PASSWORD}"], keys=["*"],
-                      channels=["*"], commands=["+@all"])
-    try:
-        yield redis_url.replace("redis://", f"redis://{user}:{ENCODED}@", 1)
-    finally:
-        admin.acl_deluser(user)
-        admin.close()
-
-
-@pytest.fixture
-def postgres_role_url(postgres_server: PgServer) -> Iterator[str]:
-    """A PostgreSQL role (scram-sha-256 over TCP) whose password has / # ? @."""
-    role = f"b2_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(postgres_server.admin_conninfo, autocommit=True) as conn:
-        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{PASSWORD}' IN ROLE lease_user")
-    try:
-        # Its own table, so the shared tables never get an owner other tests lack.
-        yield postgres_server.url.replace("lease_user:s3cret-pw@", f"{role}:{ENCODED}@") \
-            + f"?table={role}"
-    finally:
-        in_db = postgres_server.admin_conninfo.replace("dbname=postgres", "dbname=leases_test")
-        with psycopg.connect(in_db, autocommit=True) as conn:
-            conn.execute(f"DROP OWNED BY {role} CASCADE")
-            conn.execute(f"DROP ROLE {role}")
 
 
 @pytest.fixture(params=["redis", "postgres"])
