@@ -27,6 +27,7 @@ from .validation import (
     ON_LOST_POLICIES,
     validate_heartbeat,
     validate_key,
+    validate_meta,
     validate_policy,
     validate_ttl,
     validate_wait,
@@ -84,7 +85,7 @@ class LeaseLock:
         self.heartbeat = validate_heartbeat(heartbeat, self.ttl)
         self.margin = self._validate_margin(margin)
         self.on_lost = validate_policy(on_lost, ON_LOST_POLICIES, "on_lost")
-        self.meta = dict(meta or {})
+        self.meta = validate_meta(meta)
 
     def _validate_margin(self, margin: float | None) -> float:
         if margin is None:
@@ -302,9 +303,8 @@ class LeaseLock:
     def _identity(self, meta: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
         full = default_meta()
         full.update(self.meta)
-        if meta:
-            full.update(meta)
-        return new_holder_id(), full
+        full.update(validate_meta(meta))
+        return new_holder_id(), validate_meta(full)
 
     def _next_wait(
         self, result: AcquireResult, backoff: Backoff, deadline: float | None
