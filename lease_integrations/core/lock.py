@@ -130,7 +130,7 @@ class LeaseLock:
         if lease.released:
             return False
         try:
-            released = self.store.release(lease.key, lease.holder, lease.token)
+            released = self.store.release(lease.key, lease.secret, lease.token)
         finally:
             lease.mark_released()
         metrics.released(lease)
@@ -156,6 +156,66 @@ class LeaseLock:
             raise
         self._release_quietly(lease)
         lease.check()  # a block that finished after losing its lease did not succeed
+
+    # -- adopt: continue a lease another process acquired ---------------------
+    def adopt(self, token: int, secret: str) -> Lease:
+        """Continue the lease with ``token`` that another process acquired and
+        handed over (its ``lease.secret``): renew it once at once (``LeaseLost``
+        if the store refuses: it is no longer that lease), trust it from that
+        attempt's start and keep renewing it on the heartbeat. Arms nothing:
+        use ``hold_adopted`` to protect a block."""
+        started = time.monotonic()
+        if not self.store.renew(self.key, secret, token, self.ttl):
+            raise LeaseLost(self.key, token, "the store refused to renew the lease to adopt")
+        record = self.store.get(self.key)
+        if record is None or record.token != token or record.holder is None:
+            raise LeaseLost(self.key, token, "the lease to adopt is no longer in the store")
+        return self._start(AcquireResult(True, record), started, interrupt=False, secret=secret)
+
+    def forget(self, lease: Lease) -> None:
+        """Stop renewing ``lease`` and disarm its interrupt without releasing
+        it: the store keeps it (another process carries on) until its ttl."""
+        get_heartbeat().remove(lease)
+        self._disarm(lease)
+        lease.mark_released()
+
+    @contextmanager
+    def hold_adopted(self, token: int, secret: str, *, release: bool = False) -> Iterator[Lease]:
+        """``adopt`` for the length of a block, with the interrupt armed as in
+        ``hold``; on exit stop renewing and leave the lease in the store
+        (another process keeps it) unless ``release=True``."""
+        lease = self.adopt(token, secret)
+        if self.on_lost == "interrupt":
+            self._arm(lease)
+        try:
+            yield lease
+        except BaseException:
+            self._leave_adopted(lease, release)
+            raise
+        self._leave_adopted(lease, release)
+        lease.check()
+
+    @asynccontextmanager
+    async def hold_adopted_async(
+        self, token: int, secret: str, *, release: bool = False
+    ) -> AsyncIterator[Lease]:
+        """``hold_adopted`` for asyncio code: the task running the block is
+        cancelled on loss and the block ends with ``LeaseLost``."""
+        lease = await asyncio.to_thread(self.adopt, token, secret)
+        async with self._cancel_on_loss(lease):
+            try:
+                yield lease
+            finally:
+                if release:
+                    await self._release_quietly_async(lease)
+                else:
+                    self.forget(lease)
+
+    def _leave_adopted(self, lease: Lease, release: bool) -> None:
+        if release:
+            self._release_quietly(lease)
+        else:
+            self.forget(lease)
 
     # -- async -------------------------------------------------------------------
     async def acquire_async(
@@ -213,6 +273,16 @@ class LeaseLock:
         running the block is cancelled on loss and the block ends with
         ``LeaseLost``."""
         lease = await self.acquire_async(wait, meta=meta)
+        async with self._cancel_on_loss(lease):
+            try:
+                yield lease
+            finally:
+                await self._release_quietly_async(lease)
+
+    @asynccontextmanager
+    async def _cancel_on_loss(self, lease: Lease) -> AsyncIterator[None]:
+        """Cancel the task running the block when ``lease`` is lost (policy
+        ``interrupt``), and turn that cancellation into ``LeaseLost``."""
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         cancelled_by_us = False
@@ -230,21 +300,16 @@ class LeaseLock:
 
             lease.on_lost(cancel_from_heartbeat)
         try:
-            yield lease
+            yield
         except asyncio.CancelledError:
             inside = False
-            await self._release_quietly_async(lease)
             if cancelled_by_us:
                 if task is not None and sys.version_info >= (3, 11):
                     task.uncancel()
                 raise LeaseLost(lease.key, lease.token, lease.lost_reason or "") from None
             raise
-        except BaseException:
+        finally:
             inside = False
-            await self._release_quietly_async(lease)
-            raise
-        inside = False
-        await self._release_quietly_async(lease)
         lease.check()
 
     # -- shared steps ----------------------------------------------------------
@@ -278,14 +343,13 @@ class LeaseLock:
                                    "lease_holder": busy.holder, "lease_token": busy.token})
         return busy
 
-    def _start(self, result: AcquireResult, started: float, *, interrupt: bool) -> Lease:
+    def _start(self, result: AcquireResult, started: float, *, interrupt: bool,
+               secret: str | None = None) -> Lease:
         assert result.record is not None
-        lease = Lease(result.record, ttl=self.ttl, margin=self.margin, attempt_started=started)
+        lease = Lease(result.record, ttl=self.ttl, margin=self.margin, attempt_started=started,
+                      secret=secret)
         if interrupt:
-            interrupter = interrupter_for_current_thread()
-            with self._mutex:
-                self._interrupters[id(lease)] = interrupter
-            lease.on_lost(interrupter.fire)
+            self._arm(lease)
         get_heartbeat().add(lease, self.store, self.heartbeat)
         metrics.acquired(lease, time.monotonic() - started)
         log.info(
@@ -294,6 +358,12 @@ class LeaseLock:
                    "lease_token": lease.token, "lease_holder": lease.holder},
         )
         return lease
+
+    def _arm(self, lease: Lease) -> None:
+        interrupter = interrupter_for_current_thread()
+        with self._mutex:
+            self._interrupters[id(lease)] = interrupter
+        lease.on_lost(interrupter.fire)
 
     def _disarm(self, lease: Lease) -> None:
         with self._mutex:
