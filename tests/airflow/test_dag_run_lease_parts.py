@@ -248,3 +248,45 @@ def test_the_example_dag_runs_under_dag_test(airflow_home: Path, tmp_path: Path)
     with sqlite3.connect(tmp_path / "work" / "catalog.db") as conn:
         assert conn.execute("SELECT path FROM live").fetchone() == (
             str(tmp_path / "work" / "index-1.json"),)
+
+
+# -- many keepers in one loop, as the triggerer runs them ---------------------------------------
+KEEPERS = 200
+
+
+@pytest.mark.parametrize("kind", ["redis", "postgres"])
+def test_200_keepers_in_one_loop_lose_no_lease(kind: str, request: pytest.FixtureRequest) -> None:
+    """200 runs' keepers on one event loop (the triggerer's way: every trigger a
+    coroutine of one loop) keep every lease for two ttl periods, then each ends
+    on its run's release. The old keeper parked a default-executor thread per
+    keeper in a blocking wait and lost leases from about 30 keepers on."""
+    url: str = request.getfixturevalue(f"{kind}_url")
+    ttl = 3.0
+    prefix = f"many-{secrets.token_hex(4)}"
+    with connect(url) as store:
+        infos = [granted_run_lease(store, f"{prefix}-{i}", ttl, url=url) for i in range(KEEPERS)]
+        triggers = [DagRunLeaseKeeperTrigger(lease=info.to_xcom(), keeper_task_id="keeper")
+                    for info in infos]
+
+        def all_kept_past(seconds: float) -> bool:
+            records = {r.key: r for r in store.list(prefix)}
+            return all((r := records.get(info.key)) is not None and r.token == info.token
+                       and r.held and r.renewed_at is not None and r.acquired_at is not None
+                       and (r.renewed_at - r.acquired_at).total_seconds() > seconds
+                       for info in infos)
+
+        async def scenario() -> list[dict[str, Any]]:
+            running = [asyncio.ensure_future(_first_event(t)) for t in triggers]
+            deadline = asyncio.get_running_loop().time() + 60
+            while not await asyncio.to_thread(all_kept_past, 2 * ttl):
+                assert asyncio.get_running_loop().time() < deadline, "not every lease was kept"
+                assert not any(r.done() for r in running), [r.result() for r in running
+                                                            if r.done()][:3]
+                await asyncio.sleep(0.2)
+            for trigger in triggers:
+                assert await asyncio.to_thread(release_as_the_run, store, trigger)
+            return list(await asyncio.wait_for(asyncio.gather(*running), 60))
+
+        events = asyncio.run(scenario())
+    lost = [e for e in events if e["status"] != "released"]
+    assert not lost, f"{len(lost)} of {KEEPERS} leases lost, e.g. {lost[:3]}"
