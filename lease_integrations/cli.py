@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .console.render import escape
-from .core.config import mask_url, parse_url, resolve_url
+from .core.config import mask_url, resolve_url
 from .core.errors import ConfigurationError, CorruptRecord, LeaseError, StoreUnavailable
 from .core.redact import redact
 from .core.store import HISTORY_LIMIT, LeaseStore
