@@ -43,10 +43,11 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
 
     def __init__(self, lease_key: str, holder: str, token: int, ttl: float, heartbeat: float,
                  lease_conn_id: str, store_url: str | None = None,
-                 poll_interval: float = 1.0) -> None:
+                 poll_interval: float = 1.0, secret: str = "") -> None:
         super().__init__()
         self.lease_key = lease_key
         self.holder = holder
+        self.secret = secret  # the owner secret renewals present; never logged
         self.token = int(token)
         self.ttl = float(ttl)
         self.heartbeat = float(heartbeat)
@@ -55,12 +56,17 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
         self.poll_interval = float(poll_interval)
         self.outcome: tuple[str, str, int] | None = None
 
+    def __repr__(self) -> str:  # BaseTrigger's repr would print the secret
+        return (f"<{type(self).__name__} lease_key={self.lease_key!r} holder={self.holder!r} "
+                f"token={self.token}>")
+
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {"lease_key": self.lease_key, "holder": self.holder, "token": self.token,
              "ttl": self.ttl, "heartbeat": self.heartbeat, "lease_conn_id": self.lease_conn_id,
-             "store_url": self.store_url, "poll_interval": self.poll_interval},
+             "store_url": self.store_url, "poll_interval": self.poll_interval,
+             "secret": self.secret},
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -93,7 +99,7 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
             started = time.monotonic()
             try:
                 renewed = await asyncio.wait_for(
-                    asyncio.to_thread(store.renew, self.lease_key, self.holder, self.token,
+                    asyncio.to_thread(store.renew, self.lease_key, self.secret, self.token,
                                       self.ttl),
                     timeout=max(0.05, min(self.heartbeat, trusted_until - started)),
                 )

@@ -3,14 +3,14 @@
 The acquire task pushes the lease (key, holder, token, ttl, store connection)
 to XCom; the keeper's trigger, the work tasks and the release task read it
 back, so all of them act as the *same* holder with the *same* token. The
-holder id is the secret that lets a process renew or release; it lives in the
-run's XCom (not in the DAG file) and nowhere else.
+owner secret is what lets a process renew or release; it lives in the run's
+XCom (not in the DAG file) and nowhere else.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lease_integrations import LeaseRecord, LeaseStore, connect
@@ -40,6 +40,8 @@ class DagRunLease:
     #: triggerer a Connection lookup (its first one can take many seconds) and
     #: pins every task of the run to the very store the lease was taken in.
     store_url: str | None = None
+    #: The owner secret renew and release present (the holder name is public).
+    secret: str = field(default="", repr=False)
 
     def to_xcom(self) -> dict[str, Any]:
         return asdict(self)
@@ -48,7 +50,8 @@ class DagRunLease:
     def from_xcom(cls, value: Mapping[str, Any]) -> DagRunLease:
         return cls(key=str(value["key"]), holder=str(value["holder"]), token=int(value["token"]),
                    ttl=float(value["ttl"]), heartbeat=float(value["heartbeat"]),
-                   conn_id=str(value["conn_id"]), store_url=value.get("store_url"))
+                   conn_id=str(value["conn_id"]), store_url=value.get("store_url"),
+                   secret=str(value.get("secret") or ""))
 
     def connect(self) -> LeaseStore:
         """The run's store, as the acquire task reached it."""

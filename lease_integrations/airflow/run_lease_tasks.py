@@ -68,14 +68,16 @@ class AcquireDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
         lock = options.lock_for(key, store)  # validates the rendered key
         heartbeat = lock.heartbeat
         holder = f"dagrun:{secrets.token_hex(8)}"
+        secret = secrets.token_hex(16)
         meta = run_holder_meta(context)
         remaining = self._remaining_wait()
         deadline = None if remaining is None else time.monotonic() + remaining
         first = True
         while True:
-            result = store.acquire(key, holder, options.lease_ttl, meta)
+            result = store.acquire(key, holder, secret, options.lease_ttl, meta)
             if result.granted and result.record is not None:
-                lease = DagRunLease(key=key, holder=holder, token=result.record.token,
+                lease = DagRunLease(key=key, holder=holder, secret=secret,
+                                    token=result.record.token,
                                     ttl=options.lease_ttl, heartbeat=heartbeat,
                                     conn_id=options.lease_conn_id, store_url=store_url)
                 context["ti"].xcom_push(key=XCOM_KEY, value=lease.to_xcom())
@@ -151,6 +153,7 @@ class KeepDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
                       info.key, info.token, info.heartbeat)
         self.defer(
             trigger=DagRunLeaseKeeperTrigger(lease_key=info.key, holder=info.holder,
+                                             secret=info.secret,
                                              token=info.token, ttl=info.ttl,
                                              heartbeat=info.heartbeat, lease_conn_id=info.conn_id,
                                              store_url=info.store_url),
@@ -198,7 +201,7 @@ class ReleaseDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
             return
         store = info.connect()
         try:
-            if store.release(info.key, info.holder, info.token):
+            if store.release(info.key, info.secret, info.token):
                 self.log.info("released run lease %s (token %s)", info.key, info.token)
                 return
             record = store.get(info.key)

@@ -9,6 +9,7 @@ The names below are the core's public surface: the orchestrator glue in
 from .config import mask_url, resolve_url
 from .errors import (
     ConfigurationError,
+    CorruptRecord,
     LeaseBusy,
     LeaseError,
     LeaseLost,
@@ -19,7 +20,7 @@ from .interrupt import Interrupter, interrupter_for_current_thread
 from .lease import Lease
 from .lock import LeaseLock
 from .record import AcquireResult, LeaseRecord
-from .store import LeaseEvent, LeaseStore
+from .store import LeaseEvent, LeaseStore, RecordList
 from .validation import (
     ON_BUSY_POLICIES,
     ON_LOST_POLICIES,
@@ -35,6 +36,7 @@ __all__ = [
     "ON_LOST_POLICIES",
     "AcquireResult",
     "ConfigurationError",
+    "CorruptRecord",
     "Interrupter",
     "Lease",
     "LeaseBusy",
@@ -44,6 +46,7 @@ __all__ = [
     "LeaseLost",
     "LeaseRecord",
     "LeaseStore",
+    "RecordList",
     "StaleToken",
     "StoreUnavailable",
     "interrupter_for_current_thread",

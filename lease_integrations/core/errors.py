@@ -69,6 +69,19 @@ class LeaseLost(LeaseError):
         super().__init__(f"lease {key!r}{tok} was lost{why}")
 
 
+class CorruptRecord(LeaseError):
+    """A stored lease record could not be parsed (say, a field overwritten by
+    hand with the store's own client). Names the key and the field, so the
+    operator knows what to repair; never a bare ``ValueError`` from a parser."""
+
+    def __init__(self, key: str, field: str, detail: str = "") -> None:
+        self.key = key
+        self.field = field
+        self.detail = detail
+        why = f": {detail}" if detail else ""
+        super().__init__(f"lease {key!r} has an unreadable record (field {field!r}){why}")
+
+
 class StaleToken(LeaseError):
     """A fenced resource refused a write whose fencing token is older than one
     it has already accepted: a paused or cut-off former holder woke up late."""

@@ -144,7 +144,7 @@ class Heartbeat:
         started = time.monotonic()
         outcome: bool | None
         try:
-            outcome = entry.store.renew(lease.key, lease.holder, lease.token, lease.ttl)
+            outcome = entry.store.renew(lease.key, lease.secret, lease.token, lease.ttl)
         except Exception as exc:  # transient: retry until the trust window closes
             outcome = None
             entry.last_error = f"{type(exc).__name__}: {exc}"

@@ -45,6 +45,7 @@ class Lease:
         ttl: float,
         margin: float,
         attempt_started: float,
+        secret: str = "",
     ) -> None:
         if record.holder is None:
             raise ValueError("a granted lease must have a holder")
@@ -52,6 +53,9 @@ class Lease:
         self.key: str = record.key
         self.holder: str = record.holder
         self.token: int = record.token
+        #: The owner secret renew and release present to the store. Never log
+        #: or print it; only hand it to a process that adopts this lease.
+        self.secret: str = secret
         self.ttl = ttl
         self.margin = margin
         self.meta: dict[str, Any] = dict(record.meta)

@@ -2,9 +2,10 @@
 
 Acquire, renew and release are each one Lua script called by SHA: one atomic
 step and one round trip (redis-py's ``Script`` reloads a script the server
-flushed). Expiry is the server's ``PX``; times are the server's ``TIME``. The
-key layout and the scripts are in ``redis_scripts.py``; release wake-ups in
-``redis_notify.py``.
+flushed). Expiry and times are judged by the scripts on the server's
+``TIME``; tokens are floored by that clock in microseconds. The key layout
+and the scripts are in ``redis_scripts.py``; the eviction-policy check in
+``redis_checks.py``; release wake-ups in ``redis_notify.py``.
 
 The client never retries a command by itself: a retried acquire whose first
 reply was lost would find its own lease and report it busy. The heartbeat and
@@ -27,10 +28,18 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..core.config import mask_url, parse_url, query_options
-from ..core.errors import ConfigurationError, StoreUnavailable
-from ..core.record import AcquireResult, LeaseRecord
-from ..core.store import HISTORY_LIMIT, EventKind, LeaseEvent, LeaseStore
+from ..core.errors import ConfigurationError, LeaseError, StoreUnavailable
+from ..core.record import AcquireResult, LeaseRecord, meta_from_json, parse_field
+from ..core.store import (
+    HISTORY_LIMIT,
+    EventKind,
+    LeaseEvent,
+    LeaseStore,
+    RecordList,
+    readable_records,
+)
 from . import redis_scripts
+from .redis_checks import check_eviction_policy
 from .redis_notify import ReleaseListener
 
 #: A prefix is part of every key's hash tag ``{prefix:key}``: no ``:`` (so the
@@ -39,15 +48,29 @@ PREFIX_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
 DEFAULT_PREFIX = "lease"
 DEFAULT_TIMEOUT = 5.0
 
-_OPTIONS: dict[str, type] = {"prefix": str, "socket_timeout": float, "connect_timeout": float}
+_OPTIONS: dict[str, type] = {"prefix": str, "socket_timeout": float, "connect_timeout": float,
+                              "allow_eviction": bool}
 _TLS_OPTIONS: dict[str, type] = {
     "ssl_ca_certs": str, "ssl_certfile": str, "ssl_keyfile": str,
     "ssl_cert_reqs": str, "ssl_check_hostname": bool,
 }
 
 
-def _dt(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000.0, timezone.utc)
+def _dt(ms: Any) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(int(ms) / 1000.0, timezone.utc)
+
+
+def _ms(value: Any) -> datetime:
+    """A stored time (integer milliseconds as text) as a datetime; raises on garbage."""
+    if isinstance(value, str) and not value.isdigit():
+        raise ValueError(f"not a time in milliseconds: {value!r}"[:80])
+    return datetime.fromtimestamp(int(value) / 1000.0, timezone.utc)
+
+
+def _token(value: Any) -> int:
+    if isinstance(value, str) and not value.isdigit():
+        raise ValueError(f"not a token: {value!r}"[:80])
+    return int(value)
 
 
 def _detail(detail: Mapping[str, Any] | None) -> str:
@@ -65,14 +88,19 @@ def _event_head(kind: str, detail_json: str, holder: str | None = None, *,
     return "{" + ", ".join(fields)
 
 
+_RELEASED_HEAD = _event_head("released", "{}", with_holder=False)
+
+
 class RedisStore(LeaseStore):
     """One Redis (or Redis Cluster slot per key) shared by every worker."""
 
     notifies = True
 
-    def __init__(self, client: Any, *, prefix: str = DEFAULT_PREFIX, url: str = "redis://") -> None:
+    def __init__(self, client: Any, *, prefix: str = DEFAULT_PREFIX, url: str = "redis://",
+                 allow_eviction: bool = False) -> None:
         """Wrap a ``redis.Redis`` client (built with ``decode_responses=True``).
-        Checks reachability and loads the scripts in one round trip."""
+        Checks reachability and loads the scripts in one round trip, then the
+        eviction policy (``allow_eviction=True`` skips refusing ``allkeys-*``)."""
         if not isinstance(prefix, str) or not PREFIX_PATTERN.fullmatch(prefix):
             raise ConfigurationError(
                 f"Redis key prefix {prefix!r} in {mask_url(url)!r} must be 1-64 letters, digits, "
@@ -95,7 +123,13 @@ class RedisStore(LeaseStore):
         self._get = client.register_script(scripts.GET)
         self._event = client.register_script(scripts.RECORD_EVENT)
         self._listener = ReleaseListener(client)
+        self._key_cache: dict[str, tuple[list[str], list[str]]] = {}
         self._connect_check()
+        try:
+            check_eviction_policy(client, url=self.url, allow_eviction=allow_eviction)
+        except BaseException:
+            self._client.close()
+            raise
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisStore:
@@ -132,10 +166,11 @@ class RedisStore(LeaseStore):
             "retry": Retry(NoBackoff(), 0),
         }
         prefix = str(opts.pop("prefix", DEFAULT_PREFIX))
+        allow_eviction = bool(opts.pop("allow_eviction", False))
         if tls:
             kwargs["ssl"] = True
             kwargs.update(opts)
-        return cls(redis.Redis(**kwargs), prefix=prefix, url=url)
+        return cls(redis.Redis(**kwargs), prefix=prefix, url=url, allow_eviction=allow_eviction)
 
     # -- plumbing -----------------------------------------------------------------
     def _connect_check(self) -> None:
@@ -186,50 +221,72 @@ class RedisStore(LeaseStore):
         tag = self._tag(key)
         return [f"{tag}:{name}" for name in names]
 
+    def _prepared(self, key: str) -> tuple[list[str], list[str]]:
+        """The key names a lease's scripts take: [rec, hist] and [rec],
+        built once per key (a lock calls with the same key every time)."""
+        found = self._key_cache.get(key)
+        if found is None:
+            if len(self._key_cache) > 4096:  # bounded: a process touching many keys
+                self._key_cache.clear()
+            both = self._keys(key, "rec", "hist")
+            found = self._key_cache[key] = (both, both[:1])
+        return found
+
     def _channel(self, key: str) -> str:
         # PUBLISH ignores the db number: put it in the channel so dbs do not cross-wake.
         return f"{self._tag(key)}:released@{self._db}"
 
     def _record(self, key: str, reply: Any) -> LeaseRecord | None:
+        """A flat record reply (see redis_scripts) as a record; a field that
+        cannot be parsed raises ``CorruptRecord`` naming it."""
         if not reply:
             return None
-        holder, token, acquired, renewed, expires, now, meta = reply
-        observed = _dt(now)
-        assert observed is not None
-        return LeaseRecord(key, holder or None, int(token), _dt(acquired), _dt(renewed),
-                           _dt(expires), observed, json.loads(meta) if meta else {})
+        _, holder, token, acquired, renewed, expires, now, meta = reply
+        return LeaseRecord(key, holder or None, parse_field(key, "token", _token, token),
+                           parse_field(key, "acquired_at", _ms, acquired),
+                           parse_field(key, "renewed_at", _ms, renewed),
+                           parse_field(key, "expires_at", _ms, expires), _ms(now),
+                           parse_field(key, "meta", meta_from_json, meta))
 
     # -- protocol -----------------------------------------------------------------
-    def acquire(self, key: str, holder: str, ttl: float, meta: Mapping[str, Any]) -> AcquireResult:
-        meta_json = json.dumps(dict(meta), default=str)
+    def acquire(self, key: str, holder: str, secret: str, ttl: float,
+                meta: Mapping[str, Any]) -> AcquireResult:
+        plain = dict(meta)
+        meta_json = json.dumps(plain, default=str)
         head = _event_head("acquired", '{"meta": ' + meta_json + "}", holder)
+        keys = self._prepared(key)[0]
         with self._errors():
-            granted, reply = self._acquire(
-                keys=self._keys(key, "lease", "rec", "ctr", "hist"),
-                args=[holder, max(1, round(ttl * 1000)), meta_json, head, HISTORY_LIMIT],
-            )
-        return AcquireResult(bool(granted), self._record(key, reply))
+            reply = self._acquire(keys=keys, args=[holder, secret, max(1, round(ttl * 1000)),
+                                                   meta_json, head, HISTORY_LIMIT])
+        if not reply or reply[0] != 1:
+            return AcquireResult(False, self._record(key, reply))
+        _, token, now, expires = reply
+        at = _ms(now)
+        # Granted: the record is what we sent plus the server's token and times.
+        if any(not isinstance(v, (str, int, float, bool, type(None))) for v in plain.values()):
+            plain = json.loads(meta_json)
+        return AcquireResult(True, LeaseRecord(key, holder, int(token), at, at, _ms(expires),
+                                               at, plain))
 
-    def renew(self, key: str, holder: str, token: int, ttl: float) -> bool:
+    def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
         with self._errors():
-            done = self._renew(keys=self._keys(key, "lease", "rec"),
-                               args=[holder, str(token), max(1, round(ttl * 1000))])
+            done = self._renew(keys=self._prepared(key)[1],
+                               args=[secret, str(token), max(1, round(ttl * 1000))])
         return bool(done)
 
-    def release(self, key: str, holder: str, token: int) -> bool:
+    def release(self, key: str, secret: str, token: int) -> bool:
         with self._errors():
             done = self._release(
-                keys=self._keys(key, "lease", "rec", "hist"),
-                args=[holder, str(token), _event_head("released", "{}", holder),
-                      HISTORY_LIMIT, self._channel(key)],
+                keys=self._prepared(key)[0],
+                args=[secret, str(token), _RELEASED_HEAD, HISTORY_LIMIT, self._channel(key)],
             )
         return bool(done)
 
     def get(self, key: str) -> LeaseRecord | None:
         with self._errors():
-            return self._record(key, self._get(keys=self._keys(key, "lease", "rec")))
+            return self._record(key, self._get(keys=self._prepared(key)[1]))
 
-    def list(self, prefix: str = "") -> list[LeaseRecord]:
+    def list(self, prefix: str = "") -> RecordList:
         start = f"{{{self.prefix}:"
         pattern = start + re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*}:rec"
         with self._errors():
@@ -238,49 +295,50 @@ class RedisStore(LeaseStore):
             keys = [k for k in keys if k.startswith(prefix)]
             pipe = self._client.pipeline(transaction=False)
             for k in keys:
-                self._get(keys=self._keys(k, "lease", "rec"), client=pipe)
+                self._get(keys=self._prepared(k)[1], client=pipe)
             replies = pipe.execute() if keys else []
-        records = [self._record(k, r) for k, r in zip(keys, replies, strict=True)]
-        return sorted((r for r in records if r is not None), key=lambda r: r.key)
+        return readable_records(zip(keys, replies, strict=True),
+                                lambda pair: self._record(pair[0], pair[1]))
 
     def force_release(self, key: str, by: str) -> LeaseRecord | None:
         head = _event_head("broken", _detail({"by": by}), with_holder=False)
         with self._errors():
-            reply = self._force(keys=self._keys(key, "lease", "rec", "hist"),
+            reply = self._force(keys=self._prepared(key)[0],
                                 args=[head, HISTORY_LIMIT, self._channel(key)])
         return self._record(key, reply)
 
     def history(self, key: str, limit: int = 50) -> builtins.list[LeaseEvent]:
+        limit = min(int(limit), HISTORY_LIMIT)
         if limit <= 0:
             return []
         with self._errors():
-            raw = self._client.lrange(self._keys(key, "hist")[0], -limit, -1)
+            raw = self._client.lrange(self._prepared(key)[0][1], -limit, -1)
         events: builtins.list[LeaseEvent] = []
         for line in raw:
-            e = json.loads(line)
-            at = _dt(e["at"])
-            assert at is not None
-            events.append(LeaseEvent(key, e["kind"], int(e["token"]), e["holder"], at,
-                                     e.get("detail") or {}))
+            try:
+                e = json.loads(line)
+                at = _ms(e["at"])
+                events.append(LeaseEvent(key, e["kind"], int(e["token"]), e["holder"], at,
+                                         e.get("detail") or {}))
+            except (ValueError, TypeError, KeyError):
+                continue  # a garbage history line hides itself, not the rest
         return events
 
     def record_event(self, key: str, kind: EventKind, holder: str | None, token: int,
                      detail: Mapping[str, Any] | None = None) -> None:
         with self._errors():
             head = _event_head(kind, _detail(detail), holder)
-            self._event(keys=self._keys(key, "lease", "rec", "hist"),
-                        args=[head, str(token), HISTORY_LIMIT])
+            self._event(keys=self._prepared(key)[0], args=[head, str(token), HISTORY_LIMIT])
 
     def wait_for_release(self, key: str, timeout: float) -> bool:
         if timeout <= 0:
             return False
-        lease_key = self._keys(key, "lease")[0]
-
         def is_free() -> bool:
             try:
-                return not self._client.exists(lease_key)
-            except redis.RedisError:
+                record = self.get(key)
+            except (StoreUnavailable, LeaseError):
                 return False
+            return record is None or not record.held
 
         return self._listener.wait(self._channel(key), is_free, timeout)
 

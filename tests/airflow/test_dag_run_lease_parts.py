@@ -90,7 +90,7 @@ def test_outside_a_dag_is_an_error() -> None:
 
 # -- the keeper's trigger on a real store ------------------------------------------------------
 def _trigger(url: str, store: LeaseStore, key: str, ttl: float = 2.0) -> DagRunLeaseKeeperTrigger:
-    granted = store.acquire(key, "dagrun:test", ttl, {"dag_id": "d"})
+    granted = store.acquire(key, "dagrun:test", "dagrun:test", ttl, {"dag_id": "d"})
     assert granted.granted and granted.record is not None
     return DagRunLeaseKeeperTrigger(lease_key=key, holder="dagrun:test",
                                     token=granted.record.token, ttl=ttl, heartbeat=ttl / 4,
@@ -161,7 +161,7 @@ def test_keeper_reports_a_takeover_as_lost(tmp_path: Path) -> None:
         while (record := store.get("taken")) is not None and record.held:
             assert time.monotonic() < deadline, "the lease never expired"
             time.sleep(0.02)
-        taken = store.acquire("taken", "dagrun:other", 30.0, {})
+        taken = store.acquire("taken", "dagrun:other", "dagrun:other", 30.0, {})
         assert taken.granted and taken.record is not None
         event = asyncio.run(asyncio.wait_for(_first_event(trigger), 30))
         assert event["status"] == "lost"
