@@ -4,9 +4,10 @@ the connect-time checks (ACL rights): ``redis_checks.py``.
 
 Acquire, renew and release are each one Lua script called by SHA: one atomic
 step and one round trip (redis-py's ``Script`` reloads a script the server
-flushed). Expiry is the server's ``PX``; times are the server's ``TIME``. The
-key layout and the scripts are in ``redis_scripts.py``; release wake-ups in
-``redis_notify.py``.
+flushed). Expiry and times are judged by the scripts on the server's
+``TIME``; tokens are floored by that clock in microseconds. The key layout
+and the scripts are in ``redis_scripts.py``; the eviction-policy check in
+``redis_checks.py``; release wake-ups in ``redis_notify.py``.
 
 The client never retries a command by itself: a retried acquire whose first
 reply was lost would find its own lease and report it busy. The heartbeat and
@@ -27,10 +28,18 @@ import redis
 from redis.exceptions import RedisClusterException
 
 from ..core.config import mask_url
-from ..core.errors import ConfigurationError, StoreUnavailable
-from ..core.record import AcquireResult, LeaseRecord
-from ..core.store import HISTORY_LIMIT, EventKind, LeaseEvent, LeaseStore
+from ..core.errors import ConfigurationError, LeaseError, StoreUnavailable
+from ..core.record import AcquireResult, LeaseRecord, meta_from_json, parse_field
+from ..core.store import (
+    HISTORY_LIMIT,
+    EventKind,
+    LeaseEvent,
+    LeaseStore,
+    RecordList,
+    readable_records,
+)
 from . import redis_checks, redis_connect, redis_scripts
+from .redis_eviction import check_eviction_policy
 from .redis_notify import ReleaseListener
 
 #: A prefix is part of every key's hash tag ``{prefix:key}``: no ``:`` (so the
@@ -40,8 +49,21 @@ DEFAULT_PREFIX = "lease"
 DEFAULT_TIMEOUT = redis_connect.DEFAULT_TIMEOUT
 
 
-def _dt(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000.0, timezone.utc)
+def _dt(ms: Any) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(int(ms) / 1000.0, timezone.utc)
+
+
+def _ms(value: Any) -> datetime:
+    """A stored time (integer milliseconds as text) as a datetime; raises on garbage."""
+    if isinstance(value, str) and not value.isdigit():
+        raise ValueError(f"not a time in milliseconds: {value!r}"[:80])
+    return datetime.fromtimestamp(int(value) / 1000.0, timezone.utc)
+
+
+def _token(value: Any) -> int:
+    if isinstance(value, str) and not value.isdigit():
+        raise ValueError(f"not a token: {value!r}"[:80])
+    return int(value)
 
 
 def _detail(detail: Mapping[str, Any] | None) -> str:
@@ -67,20 +89,24 @@ def _check_prefix(prefix: object, url: str) -> None:
         )
 
 
+_RELEASED_HEAD = _event_head("released", "{}", with_holder=False)
+
+
 class RedisStore(LeaseStore):
     """One Redis (or Redis Cluster slot per key) shared by every worker."""
 
     notifies = True
 
     def __init__(self, client: Any, *, prefix: str = DEFAULT_PREFIX, url: str = "redis://",
-                 renew_client: Any = None) -> None:
+                 renew_client: Any = None, allow_eviction: bool = False) -> None:
         """Wrap a synchronous redis-py client built with ``decode_responses=True``:
         ``redis.Redis``, a Sentinel ``master_for()`` client or a
         ``redis.cluster.RedisCluster``. The client's automatic retries are
         switched off (see ``redis_connect``). ``renew_client`` (same server,
         small pool) carries heartbeat renewals; by default a plain ``Redis``
         gets one cloned from its pool, other clients share theirs.
-        Checks reachability, the user's ACL rights and loads the scripts."""
+        Checks reachability, the user's ACL rights and the eviction policy
+        (``allow_eviction=True`` skips refusing ``allkeys-*``), and loads the scripts."""
         _check_prefix(prefix, url)
         self.url = mask_url(url)
         self.prefix = prefix
@@ -102,20 +128,24 @@ class RedisStore(LeaseStore):
         self._get = client.register_script(scripts.GET)
         self._event = client.register_script(scripts.RECORD_EVENT)
         self._listener = ReleaseListener(client)
+        self._key_cache: dict[str, tuple[list[str], list[str]]] = {}
         try:
             self._connect_check()
+            check_eviction_policy(client, url=self.url, allow_eviction=allow_eviction)
         except BaseException:
             self._close_clients()
             raise
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisStore:
-        settings = redis_connect.parse(url, options, {"prefix": str})
+        settings = redis_connect.parse(url, options, {"prefix": str, "allow_eviction": bool})
         prefix = str(settings.store_options.get("prefix", DEFAULT_PREFIX))
+        allow_eviction = bool(settings.store_options.get("allow_eviction", False))
         _check_prefix(prefix, url)
         client, renew_client = redis_connect.build_clients(settings)
         try:
-            return cls(client, prefix=prefix, url=url, renew_client=renew_client)
+            return cls(client, prefix=prefix, url=url, renew_client=renew_client,
+                       allow_eviction=allow_eviction)
         except BaseException:
             client.close()
             renew_client.close()
@@ -146,50 +176,72 @@ class RedisStore(LeaseStore):
         tag = self._tag(key)
         return [f"{tag}:{name}" for name in names]
 
+    def _prepared(self, key: str) -> tuple[list[str], list[str]]:
+        """The key names a lease's scripts take: [rec, hist] and [rec],
+        built once per key (a lock calls with the same key every time)."""
+        found = self._key_cache.get(key)
+        if found is None:
+            if len(self._key_cache) > 4096:  # bounded: a process touching many keys
+                self._key_cache.clear()
+            both = self._keys(key, "rec", "hist")
+            found = self._key_cache[key] = (both, both[:1])
+        return found
+
     def _channel(self, key: str) -> str:
         # PUBLISH ignores the db number: put it in the channel so dbs do not cross-wake.
         return f"{self._tag(key)}:released@{self._db}"
 
     def _record(self, key: str, reply: Any) -> LeaseRecord | None:
+        """A flat record reply (see redis_scripts) as a record; a field that
+        cannot be parsed raises ``CorruptRecord`` naming it."""
         if not reply:
             return None
-        holder, token, acquired, renewed, expires, now, meta = reply
-        observed = _dt(now)
-        assert observed is not None
-        return LeaseRecord(key, holder or None, int(token), _dt(acquired), _dt(renewed),
-                           _dt(expires), observed, json.loads(meta) if meta else {})
+        _, holder, token, acquired, renewed, expires, now, meta = reply
+        return LeaseRecord(key, holder or None, parse_field(key, "token", _token, token),
+                           parse_field(key, "acquired_at", _ms, acquired),
+                           parse_field(key, "renewed_at", _ms, renewed),
+                           parse_field(key, "expires_at", _ms, expires), _ms(now),
+                           parse_field(key, "meta", meta_from_json, meta))
 
     # -- protocol -----------------------------------------------------------------
-    def acquire(self, key: str, holder: str, ttl: float, meta: Mapping[str, Any]) -> AcquireResult:
-        meta_json = json.dumps(dict(meta), default=str)
+    def acquire(self, key: str, holder: str, secret: str, ttl: float,
+                meta: Mapping[str, Any]) -> AcquireResult:
+        plain = dict(meta)
+        meta_json = json.dumps(plain, default=str)
         head = _event_head("acquired", '{"meta": ' + meta_json + "}", holder)
+        keys = self._prepared(key)[0]
         with self._errors():
-            granted, reply = self._acquire(
-                keys=self._keys(key, "lease", "rec", "ctr", "hist"),
-                args=[holder, max(1, round(ttl * 1000)), meta_json, head, HISTORY_LIMIT],
-            )
-        return AcquireResult(bool(granted), self._record(key, reply))
+            reply = self._acquire(keys=keys, args=[holder, secret, max(1, round(ttl * 1000)),
+                                                   meta_json, head, HISTORY_LIMIT])
+        if not reply or reply[0] != 1:
+            return AcquireResult(False, self._record(key, reply))
+        _, token, now, expires = reply
+        at = _ms(now)
+        # Granted: the record is what we sent plus the server's token and times.
+        if any(not isinstance(v, (str, int, float, bool, type(None))) for v in plain.values()):
+            plain = json.loads(meta_json)
+        return AcquireResult(True, LeaseRecord(key, holder, int(token), at, at, _ms(expires),
+                                               at, plain))
 
-    def renew(self, key: str, holder: str, token: int, ttl: float) -> bool:
+    def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
         with self._errors():
-            done = self._renew(keys=self._keys(key, "lease", "rec"),
-                               args=[holder, str(token), max(1, round(ttl * 1000))])
+            done = self._renew(keys=self._prepared(key)[1],
+                               args=[secret, str(token), max(1, round(ttl * 1000))])
         return bool(done)
 
-    def release(self, key: str, holder: str, token: int) -> bool:
+    def release(self, key: str, secret: str, token: int) -> bool:
         with self._errors():
             done = self._release(
-                keys=self._keys(key, "lease", "rec", "hist"),
-                args=[holder, str(token), _event_head("released", "{}", holder),
-                      HISTORY_LIMIT, self._channel(key)],
+                keys=self._prepared(key)[0],
+                args=[secret, str(token), _RELEASED_HEAD, HISTORY_LIMIT, self._channel(key)],
             )
         return bool(done)
 
     def get(self, key: str) -> LeaseRecord | None:
         with self._errors():
-            return self._record(key, self._get(keys=self._keys(key, "lease", "rec")))
+            return self._record(key, self._get(keys=self._prepared(key)[1]))
 
-    def list(self, prefix: str = "") -> list[LeaseRecord]:
+    def list(self, prefix: str = "") -> RecordList:
         start = f"{{{self.prefix}:"
         pattern = start + re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*}:rec"
         with self._errors():
@@ -197,53 +249,54 @@ class RedisStore(LeaseStore):
             keys = [n[len(start):-len("}:rec")] for n in names]
             keys = [k for k in keys if k.startswith(prefix)]
             if self._cluster:  # a Cluster pipeline cannot carry scripts; SCAN saw every primary
-                replies = [self._get(keys=self._keys(k, "lease", "rec")) for k in keys]
+                replies = [self._get(keys=self._prepared(k)[1]) for k in keys]
             else:
                 pipe = self._client.pipeline(transaction=False)
                 for k in keys:
-                    self._get(keys=self._keys(k, "lease", "rec"), client=pipe)
+                    self._get(keys=self._prepared(k)[1], client=pipe)
                 replies = pipe.execute() if keys else []
-        records = [self._record(k, r) for k, r in zip(keys, replies, strict=True)]
-        return sorted((r for r in records if r is not None), key=lambda r: r.key)
+        return readable_records(zip(keys, replies, strict=True),
+                                lambda pair: self._record(pair[0], pair[1]))
 
     def force_release(self, key: str, by: str) -> LeaseRecord | None:
         head = _event_head("broken", _detail({"by": by}), with_holder=False)
         with self._errors():
-            reply = self._force(keys=self._keys(key, "lease", "rec", "hist"),
+            reply = self._force(keys=self._prepared(key)[0],
                                 args=[head, HISTORY_LIMIT, self._channel(key)])
         return self._record(key, reply)
 
     def history(self, key: str, limit: int = 50) -> builtins.list[LeaseEvent]:
+        limit = min(int(limit), HISTORY_LIMIT)
         if limit <= 0:
             return []
         with self._errors():
-            raw = self._client.lrange(self._keys(key, "hist")[0], -limit, -1)
+            raw = self._client.lrange(self._prepared(key)[0][1], -limit, -1)
         events: builtins.list[LeaseEvent] = []
         for line in raw:
-            e = json.loads(line)
-            at = _dt(e["at"])
-            assert at is not None
-            events.append(LeaseEvent(key, e["kind"], int(e["token"]), e["holder"], at,
-                                     e.get("detail") or {}))
+            try:
+                e = json.loads(line)
+                at = _ms(e["at"])
+                events.append(LeaseEvent(key, e["kind"], int(e["token"]), e["holder"], at,
+                                         e.get("detail") or {}))
+            except (ValueError, TypeError, KeyError):
+                continue  # a garbage history line hides itself, not the rest
         return events
 
     def record_event(self, key: str, kind: EventKind, holder: str | None, token: int,
                      detail: Mapping[str, Any] | None = None) -> None:
         with self._errors():
             head = _event_head(kind, _detail(detail), holder)
-            self._event(keys=self._keys(key, "lease", "rec", "hist"),
-                        args=[head, str(token), HISTORY_LIMIT])
+            self._event(keys=self._prepared(key)[0], args=[head, str(token), HISTORY_LIMIT])
 
     def wait_for_release(self, key: str, timeout: float) -> bool:
         if timeout <= 0:
             return False
-        lease_key = self._keys(key, "lease")[0]
-
         def is_free() -> bool:
             try:
-                return not self._client.exists(lease_key)
-            except redis.RedisError:
+                record = self.get(key)
+            except (StoreUnavailable, LeaseError):
                 return False
+            return record is None or not record.held
 
         return self._listener.wait(self._channel(key), is_free, timeout)
 
