@@ -252,6 +252,7 @@ def build_clients(s: RedisSettings) -> tuple[Any, Any]:
     try:
         client = make(s, s.max_connections)
     except (redis.RedisError, RedisClusterException) as exc:  # a Cluster asks at once
+        _refused_cluster(s, exc)
         raise StoreUnavailable(f"cannot reach Redis: {short_error(exc)}",
                                url=mask_url(s.url)) from None
     try:
@@ -260,6 +261,24 @@ def build_clients(s: RedisSettings) -> tuple[Any, Any]:
         client.close()
         raise StoreUnavailable(f"cannot reach Redis: {short_error(exc)}",
                                url=mask_url(s.url)) from None
+
+
+def _refused_cluster(s: RedisSettings, exc: BaseException) -> None:
+    """A Cluster client reads the slot map (CLUSTER SLOTS) and the command
+    table (COMMAND) as it is built: a user without those rights, or a node
+    that is not in cluster mode (redis-py reports both alike), is a
+    configuration error, not an outage."""
+    text = str(exc)
+    if s.topology != "cluster" or not ("no permissions" in text or "not enabled" in text):
+        return
+    from . import redis_checks, redis_scripts
+
+    rule = redis_checks.acl_rule(str(s.store_options.get("prefix", "lease")), redis_scripts.ALL,
+                                 cluster=True)
+    raise ConfigurationError(
+        f"{mask_url(s.url)!r} did not answer as a Redis Cluster ({short_error(exc)}): the node "
+        f"is not in cluster mode, or the user lacks +cluster|slots or +command. "
+        f"The store's rule: ACL SETUSER <user> {rule}")
 
 
 def short_error(exc: BaseException) -> str:
