@@ -35,6 +35,10 @@ from .redis_connect import short_error
 CLIENT_COMMANDS = ("evalsha", "script|load", "script|exists", "ping", "info", "scan", "exists",
                    "lrange", "subscribe", "unsubscribe")
 
+#: What redis-py's RedisCluster client sends besides: the slot map and the
+#: command table (to find each command's keys).
+CLUSTER_COMMANDS = ("cluster|slots", "command")
+
 #: The arguments each command is checked with: K is a key under the prefix,
 #: C a channel under it. ``redis.acl_check_cmd`` does not check arity, and
 #: Redis 7.0 crashes on a keyed command given fewer arguments than its key
@@ -44,6 +48,7 @@ CLIENT_COMMANDS = ("evalsha", "script|load", "script|exists", "ping", "info", "s
 PROBE_ARGS: dict[str, tuple[str, ...]] = {
     "time": (), "ping": (), "info": ("memory",), "scan": ("0",),
     "script|load": ("return 1",), "script|exists": ("0" * 40,),
+    "cluster|slots": (), "command": (),
     "get": ("K",), "set": ("K", "0"), "del": ("K",), "unlink": ("K",), "exists": ("K",),
     "incr": ("K",), "incrby": ("K", "1"), "pttl": ("K",), "ttl": ("K",),
     "pexpire": ("K", "1"), "expire": ("K", "1"), "pexpireat": ("K", "1"), "persist": ("K",),
@@ -91,14 +96,15 @@ def script_commands(scripts: Iterable[str]) -> list[str]:
     return sorted({name.lower() for script in scripts for name in _CALL.findall(script)})
 
 
-def required_commands(scripts: Iterable[str]) -> list[str]:
-    return sorted(set(CLIENT_COMMANDS) | set(script_commands(scripts)))
+def required_commands(scripts: Iterable[str], *, cluster: bool = False) -> list[str]:
+    return sorted({*CLIENT_COMMANDS, *script_commands(scripts),
+                   *(CLUSTER_COMMANDS if cluster else ())})
 
 
-def acl_rule(prefix: str, scripts: Iterable[str]) -> str:
+def acl_rule(prefix: str, scripts: Iterable[str], *, cluster: bool = False) -> str:
     """The least-privilege ACL rule for a store with this key prefix, in
     ``ACL SETUSER`` syntax (keys, channels, commands)."""
-    commands = " ".join(f"+{c}" for c in required_commands(scripts))
+    commands = " ".join(f"+{c}" for c in required_commands(scripts, cluster=cluster))
     return f"resetkeys ~{{{prefix}:* resetchannels &{{{prefix}:* -@all {commands}"
 
 
@@ -117,7 +123,7 @@ def connect_check(client: Any, scripts: Sequence[Any], *, cluster: bool, probe_k
     not, so an unreachable host costs one connect timeout. Every failure is a
     ConfigurationError (credentials, rights, database) or StoreUnavailable."""
     sources = [s.script for s in scripts]
-    rule = acl_rule(prefix, sources)
+    rule = acl_rule(prefix, sources, cluster=cluster)
     for attempt in (1, 2):
         try:
             if cluster:  # a Cluster pipeline cannot carry these: one call each
@@ -131,7 +137,8 @@ def connect_check(client: Any, scripts: Sequence[Any], *, cluster: bool, probe_k
                     pipe.script_load(source)
                 pipe.execute()
             probe = client.register_script(PROBE)
-            calls = probe_calls(required_commands(sources), probe_key, probe_channel)
+            calls = probe_calls(required_commands(sources, cluster=cluster), probe_key,
+                                probe_channel)
             missing = probe(keys=[probe_key], args=[encoded for _, encoded in calls])
             if missing and missing != ["?"]:
                 what = ", ".join(f"+{calls[int(i) - 1][0]}" for i in missing)

@@ -12,10 +12,10 @@ runs with automatic retries off: a retried acquire whose first reply was lost
 busy. ``LeaseLock`` and the heartbeat retry at the level that knows what the
 first attempt may have done.
 
-Connections come from pools that *wait* for a free connection (bounded by the
-socket timeout) instead of raising, and heartbeat renewals get a small pool of
-their own, so a store object shared by hundreds of busy threads still renews
-its leases on time.
+Connections come from pools that *wait* for a free connection, first come
+first served (``redis_pool``), bounded by the socket timeout, instead of
+raising, and heartbeat renewals get a small pool of their own, so a store
+object shared by hundreds of busy threads still renews its leases on time.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from redis.retry import Retry
 
 from ..core.config import mask_url, query_options
 from ..core.errors import ConfigurationError, StoreUnavailable
+from .redis_pool import FairBlockingConnectionPool
 
 log = logging.getLogger("lease_integrations")
 
@@ -191,7 +192,7 @@ def _single(s: RedisSettings, size: int) -> redis.Redis:
     kwargs = {**_connection_kwargs(s), **dict(s.tls_options)}
     if s.tls:
         kwargs["connection_class"] = redis.SSLConnection
-    pool = redis.BlockingConnectionPool(  # type: ignore[no-untyped-call]
+    pool = FairBlockingConnectionPool(
         host=host, port=port, db=s.db, max_connections=size, timeout=s.socket_timeout, **kwargs)
     return redis.Redis(connection_pool=pool)
 
@@ -207,7 +208,7 @@ def _cluster(s: RedisSettings, size: int) -> Any:
     del kwargs["retry"]  # RedisCluster takes it as its own argument
     return RedisCluster(url=first, startup_nodes=[ClusterNode(h, p)  # type: ignore[no-untyped-call]
                                                    for h, p in others],
-                        connection_pool_class=redis.BlockingConnectionPool,
+                        connection_pool_class=FairBlockingConnectionPool,
                         max_connections=size, timeout=s.socket_timeout, retry=no_retry(),
                         **kwargs, **_tls_kwargs(s))
 
@@ -234,7 +235,7 @@ def _sentinel(s: RedisSettings, size: int) -> redis.Redis:
 def _blocking_sentinel_pool() -> type:
     from redis.sentinel import SentinelConnectionPool
 
-    class BlockingSentinelPool(SentinelConnectionPool, redis.BlockingConnectionPool):  # type: ignore[misc]
+    class BlockingSentinelPool(SentinelConnectionPool, FairBlockingConnectionPool):  # type: ignore[misc]
         """Sentinel's pool (finds the primary, follows failovers) that waits
         for a free connection instead of raising."""
 
@@ -252,6 +253,7 @@ def build_clients(s: RedisSettings) -> tuple[Any, Any]:
     try:
         client = make(s, s.max_connections)
     except (redis.RedisError, RedisClusterException) as exc:  # a Cluster asks at once
+        _refused_cluster(s, exc)
         raise StoreUnavailable(f"cannot reach Redis: {short_error(exc)}",
                                url=mask_url(s.url)) from None
     try:
@@ -260,6 +262,24 @@ def build_clients(s: RedisSettings) -> tuple[Any, Any]:
         client.close()
         raise StoreUnavailable(f"cannot reach Redis: {short_error(exc)}",
                                url=mask_url(s.url)) from None
+
+
+def _refused_cluster(s: RedisSettings, exc: BaseException) -> None:
+    """A Cluster client reads the slot map (CLUSTER SLOTS) and the command
+    table (COMMAND) as it is built: a user without those rights, or a node
+    that is not in cluster mode (redis-py reports both alike), is a
+    configuration error, not an outage."""
+    text = str(exc)
+    if s.topology != "cluster" or not ("no permissions" in text or "not enabled" in text):
+        return
+    from . import redis_checks, redis_scripts
+
+    rule = redis_checks.acl_rule(str(s.store_options.get("prefix", "lease")), redis_scripts.ALL,
+                                 cluster=True)
+    raise ConfigurationError(
+        f"{mask_url(s.url)!r} did not answer as a Redis Cluster ({short_error(exc)}): the node "
+        f"is not in cluster mode, or the user lacks +cluster|slots or +command. "
+        f"The store's rule: ACL SETUSER <user> {rule}")
 
 
 def short_error(exc: BaseException) -> str:
@@ -311,10 +331,11 @@ def renew_client_for(client: Any) -> Any | None:
     """A small pool beside a plain ``redis.Redis`` the user built (same
     settings), for heartbeat renewals; None (share the client) otherwise."""
     pool: Any = getattr(client, "connection_pool", None)
-    if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
+    if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool,
+                          FairBlockingConnectionPool):
         return None
     kwargs = {k: v for k, v in pool.connection_kwargs.items() if k != "retry"}
-    renew_pool = redis.BlockingConnectionPool(  # type: ignore[no-untyped-call]
+    renew_pool = FairBlockingConnectionPool(
         connection_class=pool.connection_class, max_connections=RENEW_CONNECTIONS,
         timeout=kwargs.get("socket_timeout") or DEFAULT_TIMEOUT, retry=no_retry(), **kwargs)
     return redis.Redis(connection_pool=renew_pool)

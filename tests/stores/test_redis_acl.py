@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from servers.redis_topologies import RedisClusterNodes
 
 from lease_integrations import LeaseLock, LeaseLost, connect
 from lease_integrations.cli import main as leasectl
@@ -110,3 +111,42 @@ def test_a_missing_right_is_a_configuration_error_naming_it(
     message = str(caught.value)
     assert named in message, message
     assert "ACL SETUSER" in message and "***" in message
+
+
+@pytest.fixture
+def cluster_user(redis_cluster: RedisClusterNodes) -> Iterator[object]:
+    """A user made on every node of the session's cluster (Redis does not
+    propagate ACL SETUSER)."""
+    made: list[str] = []
+
+    def make(extra: str) -> str:
+        name, secret = f"acl{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+        rule = f"{documented_rule()} {extra}".split()
+        for node in redis_cluster.nodes:
+            with redis.Redis(port=node.port) as admin:
+                admin.execute_command("ACL", "SETUSER", name, "reset", "on", f">{secret}", *rule)
+        made.append(name)
+        hosts = ",".join(f"127.0.0.1:{n.port}" for n in redis_cluster.nodes)
+        return f"redis+cluster://{name}:{secret}@{hosts}"
+
+    yield make
+    for node in redis_cluster.nodes:
+        with redis.Redis(port=node.port) as admin:
+            for name in made:
+                admin.acl_deluser(name)
+
+
+def test_a_cluster_needs_the_documented_rule_plus_cluster_slots_and_command(
+    cluster_user: object, key: str
+) -> None:
+    addition = re.search(r"^ACL SETUSER lease_store on >\S+ <the rule above> (.+)$",
+                         DOC.read_text(), re.MULTILINE)
+    assert addition, "the docs give the Cluster addition"
+    assert addition.group(1).split() == [f"+{c}" for c in redis_checks.CLUSTER_COMMANDS]
+    url = cluster_user(addition.group(1))  # type: ignore[operator]
+    with connect(url) as store:
+        with LeaseLock(store, key, ttl=30).hold() as lease:
+            assert [r.token for r in store.list(key)] == [lease.token]
+        assert [e.kind for e in store.history(key)] == ["acquired", "released"]
+    with pytest.raises(ConfigurationError, match=r"\+command"):
+        connect(cluster_user("+cluster|slots"))  # type: ignore[operator]

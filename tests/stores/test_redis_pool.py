@@ -4,14 +4,17 @@ own small pool) never starve behind the crowd."""
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
 from lease_integrations import LeaseBusy, LeaseLock, LeaseLost, connect
 from lease_integrations.core.errors import StoreUnavailable
+from lease_integrations.stores.redis_pool import FairQueue
 
 THREADS = 200
 SECONDS = 10.0
@@ -94,3 +97,39 @@ def test_renewals_need_no_free_connection_in_the_stores_main_pool(redis_url: str
                 pool.release(connection)
         lease.check()
         lock.release(lease)
+
+
+def test_a_returned_connection_goes_to_the_thread_that_waited_longest() -> None:
+    """redis-py's own queue lets a thread that just gave a connection back take
+    it again ahead of the waiters, so under load some waiter times out."""
+    pool = FairQueue(1)
+    pool.put_nowait("conn")
+    held = pool.get()
+    got: list[str] = []
+
+    def waiter(name: str) -> None:
+        pool.get(timeout=30)
+        got.append(name)
+
+    first = threading.Thread(target=waiter, args=("first",))
+    first.start()
+    until(lambda: len(pool._waiters) == 1)
+    second = threading.Thread(target=waiter, args=("second",))
+    second.start()
+    until(lambda: len(pool._waiters) == 2)
+    pool.put_nowait(held)
+    first.join(timeout=10)
+    with pytest.raises(queue.Empty):  # a newcomer does not barge past "second"
+        pool.get(block=False)
+    pool.put_nowait(held)
+    second.join(timeout=10)
+    assert got == ["first", "second"]
+    with pytest.raises(queue.Empty):
+        pool.get(timeout=0.01)  # both hand-overs consumed: nothing left, the wait is bounded
+
+
+def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)

@@ -105,3 +105,9 @@ def test_a_user_built_client_gets_its_retries_switched_off_and_a_renew_pool(
 def test_anything_but_a_sync_redis_py_client_is_a_configuration_error(client: object) -> None:
     with pytest.raises(ConfigurationError, match="RedisStore needs"):
         RedisStore(client)
+
+
+def test_a_cluster_url_pointing_at_a_plain_server_is_a_configuration_error(redis_url: str) -> None:
+    host = redis_url.removeprefix("redis://").rsplit("/", 1)[0]
+    with pytest.raises(ConfigurationError, match="not in cluster mode"):
+        connect(f"redis+cluster://{host}")
