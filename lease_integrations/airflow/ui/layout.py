@@ -31,7 +31,8 @@ a { color: var(--link); } .muted { color: var(--muted); }
 code, .mono { font-family: ui-monospace, monospace; }
 table { border-collapse: collapse; width: 100%; margin-top: .5rem; }
 th, td { text-align: left; padding: .35rem .6rem; border-bottom: 1px solid var(--line); vertical-align: top; }
-th { background: var(--head); font-weight: 600; }
+th { background: var(--head); font-weight: 600; white-space: nowrap; }
+td { white-space: nowrap; } td.meta { white-space: normal; min-width: 16rem; }
 .state-held, .state-acquired { color: var(--held); font-weight: 600; }
 .state-expired { color: var(--expired); font-weight: 600; }
 .state-released { color: var(--released); }
