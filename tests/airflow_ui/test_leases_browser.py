@@ -46,3 +46,10 @@ def test_a_signed_in_user_finds_the_held_key_under_browse_leases(
     browser.screenshot(shot)
     print(f"\nscreenshot: {shot}")
     assert shot.stat().st_size > 10_000
+
+    # The holder's meta links to its DAG run, opened by the UI itself (the
+    # iframe's sandbox forbids navigating the window; the page hands the
+    # path to the UI's router instead of showing the UI inside its frame).
+    link = "document.querySelector('iframe').contentDocument.querySelector('td.meta a[data-top]')"
+    browser.evaluate(f"setTimeout(() => {link}.click(), 0); true")  # the click unmounts the frame
+    browser.wait_for("location.pathname === '/dags/billing/runs/live'", "the DAG run page")

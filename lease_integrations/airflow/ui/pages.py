@@ -130,7 +130,7 @@ def dag_page(dag_id: str, records: Sequence[LeaseRecord], source: StoreSource) -
         '<p class="muted">Leases whose holder meta names this DAG.</p>'
         + _rows(records, can_break=False, up="../")
     )
-    return page(f"Leases of {dag_id}", body, store=source.masked_url)
+    return page(f"Leases of {dag_id}", body, store=source.masked_url, scripts=False)
 
 
 def message_page(title: str, text: str) -> str:
