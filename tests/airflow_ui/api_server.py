@@ -132,6 +132,8 @@ class ApiServer:
         if self.proc is None:
             return
         proc, self.proc = self.proc, None
+        if proc.poll() is not None:
+            return
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             poll(lambda: proc.poll() is not None or "Finished server process" in self.tail(5),

@@ -48,6 +48,8 @@ def test_anonymous_requests_get_401_and_no_lease_data(http: httpx.Client, holder
         response = http.request(method, path)
         assert response.status_code == 401, (path, response.status_code, response.text[:300])
         assert holder.key not in response.text and holder.name not in response.text
+        kind = "application/json" if "/api/" in path else "text/html"
+        assert response.headers["content-type"].startswith(kind), (path, response.headers)
     form = http.post("/leases/break", data={"key": holder.key, "token": str(holder.token)})
     header = http.post(f"/leases/api/break?key={holder.key}", headers={"X-Lease-Break": holder.key})
     assert (form.status_code, header.status_code) == (401, 401)

@@ -12,7 +12,7 @@ from fastapi import FastAPI, Form, Header, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from lease_integrations.console.render import event_json, record_json
-from lease_integrations.core import LeaseRecord
+from lease_integrations.core import ConfigurationError, LeaseError, LeaseRecord
 
 from . import auth, pages
 from .auth import CurrentUser
@@ -24,13 +24,29 @@ app = FastAPI(title="Leases", description="Lease locks of lease_integrations (ke
               docs_url=None, redoc_url=None, openapi_url=None)
 
 
-def _html_errors(request: Request, exc: HTTPException) -> Response:
+def _is_api(request: Request) -> bool:
+    path, root = str(request.url.path), str(request.scope.get("root_path", ""))
+    if root and path.startswith(root):
+        path = path[len(root):]
+    return path.startswith("/api/")
+
+
+def _error(request: Request, code: int, detail: str, headers: dict[str, str] | None = None) -> Response:
     """JSON for ``api/`` routes, a readable page for the rest."""
-    headers = dict(exc.headers or {})
-    if request.url.path.rstrip("/").split("/")[-2:-1] == ["api"]:
-        return JSONResponse({"detail": exc.detail}, exc.status_code, headers=headers)
-    return HTMLResponse(pages.message_page(f"Error {exc.status_code}", str(exc.detail)),
-                        exc.status_code, headers=headers)
+    if _is_api(request):
+        return JSONResponse({"detail": detail}, code, headers=headers)
+    return HTMLResponse(pages.message_page(f"Error {code}", detail), code, headers=headers)
+
+
+def _http_error(request: Request, exc: HTTPException) -> Response:
+    return _error(request, exc.status_code, str(exc.detail), dict(exc.headers or {}))
+
+
+def _store_error(request: Request, exc: LeaseError) -> Response:
+    """A store that cannot be reached (or a bad Connection) is the store's
+    problem, not the page's: 503 with the message, whose URL is masked."""
+    kind = "configuration" if isinstance(exc, ConfigurationError) else "store"
+    return _error(request, status.HTTP_503_SERVICE_UNAVAILABLE, f"lease {kind} error: {exc}")
 
 
 def _dag_leases(records: list[LeaseRecord], dag_id: str) -> list[LeaseRecord]:
@@ -129,7 +145,8 @@ def _break(user: Any, key: str, token: int | None, *, header: str | None,
 
 # -- routes --------------------------------------------------------------------
 # Registered by call rather than by decorator: FastAPI's decorators are untyped for mypy.
-app.add_exception_handler(HTTPException, _html_errors)  # type: ignore[arg-type]
+app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
+app.add_exception_handler(LeaseError, _store_error)  # type: ignore[arg-type]
 app.add_api_route("/", leases, methods=["GET"], response_class=HTMLResponse)
 app.add_api_route("/history", history, methods=["GET"], response_class=HTMLResponse)
 app.add_api_route("/dag", dag_tab, methods=["GET"], response_class=HTMLResponse)

@@ -31,7 +31,8 @@ a { color: var(--link); } .muted { color: var(--muted); }
 code, .mono { font-family: ui-monospace, monospace; }
 table { border-collapse: collapse; width: 100%; margin-top: .5rem; }
 th, td { text-align: left; padding: .35rem .6rem; border-bottom: 1px solid var(--line); vertical-align: top; }
-th { background: var(--head); font-weight: 600; }
+th { background: var(--head); font-weight: 600; white-space: nowrap; }
+td { white-space: nowrap; } td.meta { white-space: normal; min-width: 16rem; }
 .state-held, .state-acquired { color: var(--held); font-weight: 600; }
 .state-expired { color: var(--expired); font-weight: 600; }
 .state-released { color: var(--released); }
@@ -47,13 +48,33 @@ button.danger, a.danger { background: var(--danger); border-color: var(--danger)
 """
 
 
-def page(title: str, body: str, *, store: str = "") -> str:
+#: Links into the Airflow UI (``data-top``) should open in the UI itself, not
+#: inside the page's iframe, whose sandbox forbids navigating the window. Where
+#: scripts may run (the Browse page), this hands the path to the UI's router
+#: through the parent's history; elsewhere the plain link still works, framed.
+TOP_LINKS = """
+document.addEventListener("click", function (event) {
+  var a = event.target.closest ? event.target.closest("a[data-top]") : null;
+  if (!a || window.top === window) { return; }
+  try {
+    var url = new URL(a.getAttribute("href"), window.location.href);
+    window.top.history.pushState(null, "", url.pathname + url.search + url.hash);
+    window.top.dispatchEvent(new PopStateEvent("popstate"));
+    event.preventDefault();
+  } catch (error) { /* another origin or blocked: follow the link in the frame */ }
+});
+"""
+
+
+def page(title: str, body: str, *, store: str = "", scripts: bool = True) -> str:
+    """A whole page; ``scripts=False`` for the DAG tab, whose iframe may run none."""
     footer = f'<p class="muted">Store: <code>{escape(store)}</code></p>' if store else ""
     return (
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
         f"<title>{escape(title)}</title><style>{STYLE}</style></head>"
-        f"<body>{body}{footer}</body></html>"
+        f"<body>{body}{footer}" + (f"<script>{TOP_LINKS}</script>" if scripts else "")
+        + "</body></html>"
     )
 
 
@@ -67,7 +88,10 @@ def meta_cell(meta: dict[str, Any], up: str = "../") -> str:
         return '<span class="muted">-</span>'
     text = escape(meta_summary(meta) or ", ".join(f"{k}={v}" for k, v in sorted(meta.items())))
     href = airflow_link(meta, up) or prefect_link(meta)
-    return f'<a href="{escape(href)}">{text}</a>' if href else text
+    if not href:
+        return text
+    top = " data-top" if href.startswith(up) else ""
+    return f'<a href="{escape(href)}"{top}>{text}</a>'
 
 
 def link(href: str, text: str, cls: str = "") -> str:

@@ -34,7 +34,7 @@ def _rows(records: Sequence[LeaseRecord], *, can_break: bool, up: str) -> str:
             f"<td class=\"mono\">{r.token}</td>"
             f"<td>{escape(span(held_for(r)))}</td>"
             f"<td>{escape(expires_text(r))}</td>"
-            f"<td>{meta_cell(r.meta, up) if live else '<span class=muted>-</span>'}</td>"
+            f"<td class=\"meta\">{meta_cell(r.meta, up) if live else '<span class=muted>-</span>'}</td>"
             + (f"<td>{action}</td>" if can_break else "")
             + "</tr>"
         )
@@ -77,7 +77,8 @@ def history_page(key: str, record: LeaseRecord | None, events: Sequence[LeaseEve
         now = _rows([record], can_break=can_break, up="../")
     rows = "".join(
         f"<tr><td>{escape(clock(e.at))}</td><td>{state_cell(e.kind)}</td><td class=\"mono\">{e.token}</td>"
-        f"<td class=\"mono\">{escape(e.holder or '-')}</td><td>{escape(event_detail(e))}</td></tr>"
+        f"<td class=\"mono\">{escape(e.holder or '-')}</td>"
+        f"<td class=\"meta\">{escape(event_detail(e))}</td></tr>"
         for e in events
     ) or '<tr><td colspan="5" class="muted">No events.</td></tr>'
     body = (
@@ -129,7 +130,7 @@ def dag_page(dag_id: str, records: Sequence[LeaseRecord], source: StoreSource) -
         '<p class="muted">Leases whose holder meta names this DAG.</p>'
         + _rows(records, can_break=False, up="../")
     )
-    return page(f"Leases of {dag_id}", body, store=source.masked_url)
+    return page(f"Leases of {dag_id}", body, store=source.masked_url, scripts=False)
 
 
 def message_page(title: str, text: str) -> str:

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 
 from lease_integrations import LeaseStore, connect
 from lease_integrations.core import mask_url, resolve_url
-from lease_integrations.core.config import ENV_URL
 
 from ..connections import DEFAULT_CONN_ID, resolve_store_url
+
+#: The variable ``connect()`` reads when no URL is given (core/config.py).
+ENV_URL = "LEASE_STORE_URL"
 
 
 @dataclass(frozen=True)
