@@ -56,10 +56,6 @@ _TLS_OPTIONS: dict[str, type] = {
 }
 
 
-def _dt(ms: Any) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(int(ms) / 1000.0, timezone.utc)
-
-
 def _ms(value: Any) -> datetime:
     """A stored time (integer milliseconds as text) as a datetime; raises on garbage."""
     if isinstance(value, str) and not value.isdigit():

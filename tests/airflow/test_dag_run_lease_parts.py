@@ -90,9 +90,9 @@ def test_outside_a_dag_is_an_error() -> None:
 
 # -- the keeper's trigger on a real store ------------------------------------------------------
 def _trigger(url: str, store: LeaseStore, key: str, ttl: float = 2.0) -> DagRunLeaseKeeperTrigger:
-    granted = store.acquire(key, "dagrun:test", "dagrun:test", ttl, {"dag_id": "d"})
+    granted = store.acquire(key, "dagrun:test", "secret-of-the-run", ttl, {"dag_id": "d"})
     assert granted.granted and granted.record is not None
-    return DagRunLeaseKeeperTrigger(lease_key=key, holder="dagrun:test",
+    return DagRunLeaseKeeperTrigger(lease_key=key, holder="dagrun:test", secret="secret-of-the-run",
                                     token=granted.record.token, ttl=ttl, heartbeat=ttl / 4,
                                     lease_conn_id="lease_default", store_url=url)
 
@@ -129,7 +129,8 @@ def test_keeper_renews_past_the_ttl_then_ends_on_our_release(tmp_path: Path) -> 
             running = asyncio.ensure_future(_first_event(trigger))
             await _when(store, "keep", renewed_past=2.0)  # longer than the ttl
             assert not running.done()
-            assert await asyncio.to_thread(store.release, "keep", "dagrun:test", trigger.token)
+            assert await asyncio.to_thread(store.release, "keep", "secret-of-the-run",
+                                           trigger.token)
             return await asyncio.wait_for(running, 30)
 
         event = asyncio.run(scenario())
