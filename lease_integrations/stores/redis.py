@@ -5,7 +5,7 @@ step and one round trip (redis-py's ``Script`` reloads a script the server
 flushed). Expiry and times are judged by the scripts on the server's
 ``TIME``; tokens are floored by that clock in microseconds. The key layout
 and the scripts are in ``redis_scripts.py``; the eviction-policy check in
-``redis_checks.py``; release wake-ups in ``redis_notify.py``.
+``redis_eviction.py``; release wake-ups in ``redis_notify.py``.
 
 The client never retries a command by itself: a retried acquire whose first
 reply was lost would find its own lease and report it busy. The heartbeat and
@@ -39,7 +39,7 @@ from ..core.store import (
     readable_records,
 )
 from . import redis_scripts
-from .redis_checks import check_eviction_policy
+from .redis_eviction import check_eviction_policy
 from .redis_notify import ReleaseListener
 
 #: A prefix is part of every key's hash tag ``{prefix:key}``: no ``:`` (so the
