@@ -12,11 +12,12 @@ from .errors import (
     CorruptRecord,
     LeaseBusy,
     LeaseError,
+    LeaseInterrupted,
     LeaseLost,
     StaleToken,
     StoreUnavailable,
 )
-from .interrupt import Interrupter, interrupter_for_current_thread
+from .interrupt import set_interrupt_signal
 from .lease import Lease
 from .lock import LeaseLock
 from .record import AcquireResult, LeaseRecord
@@ -37,11 +38,11 @@ __all__ = [
     "AcquireResult",
     "ConfigurationError",
     "CorruptRecord",
-    "Interrupter",
     "Lease",
     "LeaseBusy",
     "LeaseError",
     "LeaseEvent",
+    "LeaseInterrupted",
     "LeaseLock",
     "LeaseLost",
     "LeaseRecord",
@@ -49,9 +50,9 @@ __all__ = [
     "RecordList",
     "StaleToken",
     "StoreUnavailable",
-    "interrupter_for_current_thread",
     "mask_url",
     "resolve_url",
+    "set_interrupt_signal",
     "validate_heartbeat",
     "validate_key",
     "validate_policy",

@@ -175,26 +175,24 @@ def test_a_forked_child_opens_its_own_connections(redis_url: str, raw: redis.Red
         store.close()
 
 
-def test_without_channel_rights_release_works_and_waiting_falls_back_to_sleep(
-    redis_url: str, raw: redis.Redis, key: str
+def test_without_channel_rights_connect_names_the_missing_channel_right(
+    redis_url: str, raw: redis.Redis
 ) -> None:
+    """Missing channel rights used to turn notified waits silently into polling;
+    connect now refuses with the right to grant."""
     import uuid
+
+    from lease_integrations.core.errors import ConfigurationError
 
     user, secret = f"nochan{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
     raw.acl_setuser(user, enabled=True, passwords=[f"+{secret}"], keys=["*"],
                     commands=["+@all"], reset_channels=True)
     host = redis_url.removeprefix("redis://").rsplit("/", 1)[0]
     try:
-        with connect(f"redis://{user}:{secret}@{host}/0") as store:
-            rec = store.acquire(key, "alice", "alice", 30, {}).record
-            assert rec is not None
-            started = time.monotonic()
-            assert store.wait_for_release(key, 0.5) is False
-            # A lower bound only: the failed subscription must not return at once
-            # (LeaseLock would spin on acquire).
-            assert time.monotonic() - started >= 0.5
-            assert store.release(key, "alice", rec.token), "PUBLISH refused must not fail a release"
-            after = store.get(key)
-            assert after is not None and after.state == "released"
+        with pytest.raises(ConfigurationError) as caught:
+            connect(f"redis://{user}:{secret}@{host}/0")
+        message = str(caught.value)
+        assert "+publish" in message and "+subscribe" in message and "&{lease:*" in message
+        assert secret not in message
     finally:
         raw.acl_deluser(user)
