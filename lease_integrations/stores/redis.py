@@ -1,13 +1,14 @@
 """Leases in Redis (``redis://``, ``rediss://``, ``redis+cluster://``,
 ``redis+sentinel://``), shared by every host. URLs and clients: ``redis_connect.py``;
-the connect-time checks (ACL rights): ``redis_checks.py``.
+the connect-time checks (ACL rights): ``redis_checks.py``; the eviction-policy
+check: ``redis_eviction.py``.
 
 Acquire, renew and release are each one Lua script called by SHA: one atomic
 step and one round trip (redis-py's ``Script`` reloads a script the server
 flushed). Expiry and times are judged by the scripts on the server's
 ``TIME``; tokens are floored by that clock in microseconds. The key layout
-and the scripts are in ``redis_scripts.py``; the eviction-policy check in
-``redis_checks.py``; release wake-ups in ``redis_notify.py``.
+and the scripts are in ``redis_scripts.py``; release wake-ups in
+``redis_notify.py``.
 
 The client never retries a command by itself: a retried acquire whose first
 reply was lost would find its own lease and report it busy. The heartbeat and
@@ -49,10 +50,6 @@ DEFAULT_PREFIX = "lease"
 DEFAULT_TIMEOUT = redis_connect.DEFAULT_TIMEOUT
 
 
-def _dt(ms: Any) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(int(ms) / 1000.0, timezone.utc)
-
-
 def _ms(value: Any) -> datetime:
     """A stored time (integer milliseconds as text) as a datetime; raises on garbage."""
     if isinstance(value, str) and not value.isdigit():
@@ -81,15 +78,15 @@ def _event_head(kind: str, detail_json: str, holder: str | None = None, *,
     return "{" + ", ".join(fields)
 
 
+_RELEASED_HEAD = _event_head("released", "{}", with_holder=False)
+
+
 def _check_prefix(prefix: object, url: str) -> None:
     if not isinstance(prefix, str) or not PREFIX_PATTERN.fullmatch(prefix):
         raise ConfigurationError(
             f"Redis key prefix {prefix!r} in {mask_url(url)!r} must be 1-64 letters, digits, "
             "'.', '_' or '-' (no ':' or braces: it becomes part of the key's hash tag)"
         )
-
-
-_RELEASED_HEAD = _event_head("released", "{}", with_holder=False)
 
 
 class RedisStore(LeaseStore):
@@ -105,8 +102,8 @@ class RedisStore(LeaseStore):
         switched off (see ``redis_connect``). ``renew_client`` (same server,
         small pool) carries heartbeat renewals; by default a plain ``Redis``
         gets one cloned from its pool, other clients share theirs.
-        Checks reachability, the user's ACL rights and the eviction policy
-        (``allow_eviction=True`` skips refusing ``allkeys-*``), and loads the scripts."""
+        Checks reachability, the user's ACL rights and loads the scripts, then
+        the eviction policy (``allow_eviction=True`` accepts ``allkeys-*``)."""
         _check_prefix(prefix, url)
         self.url = mask_url(url)
         self.prefix = prefix

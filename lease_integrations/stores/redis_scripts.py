@@ -8,7 +8,7 @@ one Redis Cluster slot and one script may touch them both):
   expires_at (milliseconds on the server's ``TIME``) and meta (JSON). Expiry
   is judged by the scripts against ``expires_at`` on the server's clock, so no
   key carries a TTL: only an ``allkeys-*`` eviction policy could drop it (the
-  store refuses those at connect, see ``redis_checks``). Release and break
+  store refuses those at connect, see ``redis_eviction``). Release and break
   delete holder and secret; the hash and its token stay.
 - ``…:hist``  a list of JSON events, appended by the same scripts and trimmed
   to the newest ``HISTORY_LIMIT`` only once it has grown ``TRIM_SLACK`` past

@@ -169,8 +169,11 @@ class SqliteStore(LeaseStore):
         self._mutex = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
-        with self._transaction() as conn:
-            self._ensure_schema(conn)
+        with self._transaction(immediate=False) as conn:
+            current = self._schema_is_current(conn)
+        if not current:
+            with self._transaction() as conn:
+                self._ensure_schema(conn)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SqliteStore:
@@ -214,6 +217,15 @@ class SqliteStore(LeaseStore):
                     conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise StoreUnavailable(f"SQLite error: {exc}", url=self.url) from exc
+
+    @staticmethod
+    def _schema_is_current(conn: sqlite3.Connection) -> bool:
+        """True when every table and column exists: connect then takes no
+        write lock (another process may hold it for a while)."""
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(leases)")}
+        tables = {row[0] for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        return "secret" in columns and {"lease_events", "lease_tokens"} <= tables
 
     @staticmethod
     def _ensure_schema(conn: sqlite3.Connection) -> None:

@@ -7,6 +7,9 @@ here; a new store is done when this file passes for it.
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -14,7 +17,7 @@ from datetime import datetime
 
 import pytest
 
-from lease_integrations import LeaseRecord, LeaseStore
+from lease_integrations import LeaseBusy, LeaseLock, LeaseRecord, LeaseStore
 from lease_integrations.core.store import HISTORY_LIMIT
 
 TTL = 30.0  # long enough that nothing expires by accident under load
@@ -398,3 +401,27 @@ def test_a_notifying_store_wakes_waiters_on_release(store: LeaseStore, key: str)
     stop.set()
     thread.join(timeout=5)
     assert woken.is_set(), "a release never woke the waiter"
+
+
+def test_lease_lock_uses_a_readable_name_and_never_shows_its_secret(
+    store: LeaseStore, key: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What LeaseLock puts in the store: the name ``host:pid`` for everyone,
+    a fresh 128-bit secret that only the holding process ever sees."""
+    caplog.set_level(logging.DEBUG, logger="lease_integrations")
+    lock = LeaseLock(store, key, ttl=TTL)
+    with lock.hold() as lease:
+        assert lease.holder == f"{socket.gethostname()}:{os.getpid()}"
+        assert len(lease.secret) == 32 and int(lease.secret, 16) >= 0
+        with pytest.raises(LeaseBusy) as busy:
+            LeaseLock(store, key, ttl=TTL).acquire(wait=0)
+        assert busy.value.holder == lease.holder
+        assert not store.renew(key, lease.holder, lease.token, TTL)
+        assert not store.release(key, lease.holder, lease.token)
+        assert store.renew(key, lease.secret, lease.token, TTL)
+        shown = [repr(lease), repr(lock), str(busy.value), repr(store.get(key)),
+                 repr(store.list(key)), repr(store.history(key)), caplog.text]
+    shown.append(repr(store.history(key)))
+    assert not any(lease.secret in text for text in shown)
+    record = store.get(key)
+    assert record is not None and record.state == "released"
