@@ -55,7 +55,7 @@ def run_list(store: LeaseStore, args: argparse.Namespace) -> int:
              for e in unreadable]
     print_table(RECORD_HEADERS, (row for _, row in sorted(rows, key=lambda kr: kr[0])))
     if unreadable:
-        emit()
+        emit("")  # ends the table for readers that parse it
         emit(f"unreadable: {len(unreadable)} record(s) could not be parsed; "
              "`leasectl show KEY` names the field")
     return exits.OK
