@@ -57,12 +57,17 @@ def parse_url(url: str) -> SplitResult:
             raise ConfigurationError(
                 f"store URL {mask_url(url)!r}: its user name or password contains an "
                 "unencoded '/', '?', '#' or '@'; percent-encode them "
-                "(urllib.parse.quote(password, safe=''))"
+                "(urllib.parse.quote(password, safe='')); an '@' in a query value is "
+                "written %40"
             )
     try:
         parts = urlsplit(url)
-    except ValueError as exc:
-        raise ConfigurationError(f"bad store URL {mask_url(url)!r}: {exc}") from None
+    except ValueError:
+        # urllib's text quotes the netloc, which may hold the password.
+        raise ConfigurationError(
+            f"bad store URL {mask_url(url)!r}: its host part cannot be parsed ([ ] are only "
+            "for an IPv6 address; no characters that change under Unicode normalisation)"
+        ) from None
     try:
         _ = parts.port  # validates the port
     except ValueError:

@@ -5,8 +5,8 @@ Two layers, because neither alone is enough:
 * ``mask_url`` rewrites a URL for display. It does not trust ``urlsplit``: a
   password with an unencoded ``/``, ``?`` or ``#`` ends urlsplit's netloc
   early and would be printed as "path" or "fragment". Credentials are
-  everything between ``://`` and the last ``@`` (an ``@`` inside a query
-  value excepted), and query values under secret-looking names
+  everything between ``://`` and the last ``@``, and query values under
+  secret-looking names
   (``password``, ``sslpassword``, ``token``...) are masked too.
 * ``redact`` removes known secrets from free text. Drivers put parts of the
   DSN into their own error messages (psycopg's conninfo errors, pymongo's
@@ -41,10 +41,6 @@ _SECRET_NAME = re.compile(r"pass|pwd|secret|token|credential|api_?key|private|au
                           re.IGNORECASE)
 #: ``name=value`` pairs outside a URL (a libpq keyword string pasted as a URL).
 _LOOSE_PAIR = re.compile(r"([\w.\-]+)(\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)")
-#: A host list an authority may hold: ``host``, ``host:port``, ``[v6]:port``, comma separated.
-_AUTHORITY = re.compile(r"(?:[^:@/?#\[\],]+|\[[^\]]*\])(?::\d*)?"
-                        r"(?:,(?:[^:@/?#\[\],]+|\[[^\]]*\])(?::\d*)?)*")
-
 _lock = threading.Lock()
 _known: dict[str, tuple[str, ...]] = {}
 
@@ -56,20 +52,15 @@ def is_secret_name(name: str) -> bool:
 def split_credentials(rest: str) -> tuple[str | None, str]:
     """Split what follows ``scheme://`` into (userinfo or None, the rest).
 
-    The credentials end at the last ``@``, except an ``@`` inside a query
-    value (``?application_name=me@host``), recognised by a ``=`` between the
-    ``?`` and it while the part before the ``?`` is a well-formed host list."""
-    ats = [i for i, c in enumerate(rest) if c == "@"]
+    The credentials end at the last ``@``. An ``@`` inside a query value
+    (``?application_name=me@host``) cannot be told apart from a password
+    with an unencoded ``?`` and ``@``, so it counts as credentials too: the
+    URL is over-masked, and ``parse_url`` refuses it asking for ``%40``."""
     first_sep = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    if not ats or first_sep == 0:  # no '@', or no authority at all (sqlite:///a@b.db)
+    at = rest.rfind("@")
+    if at < 0 or first_sep == 0:  # no '@', or no authority at all (sqlite:///a@b.db)
         return None, rest
-    authority_ok = bool(_AUTHORITY.fullmatch(rest[:first_sep].rpartition("@")[2]))
-    q = rest.find("?")
-    for at in reversed(ats):
-        if authority_ok and 0 <= q < at and "=" in rest[q:at]:
-            continue
-        return rest[:at], rest[at + 1:]
-    return None, rest
+    return rest[:at], rest[at + 1:]
 
 
 def _mask_query(query: str) -> str:
@@ -116,6 +107,33 @@ def mask_url(url: str) -> str:
     if m is None or m.group(2) is None:
         return _mask_loose(url)
     head, rest = url[:m.end()], url[m.end():]
+    cut = _secret_tail(rest)
+    if cut is not None:  # ?password=... with an '@' somewhere after it
+        before, name = cut
+        return head + _mask_rest(before) + f"{name}={MASK}"
+    masked = head + _mask_rest(rest)
+    return url if masked == url else masked
+
+
+def _secret_tail(rest: str) -> tuple[str, str] | None:
+    """A secret-named query option followed, anywhere later, by an ``@``: its
+    value may hold the ``@`` (a raw ``?password=a@b``), so the last-``@`` rule
+    would show the value's tail as the host. Returns (text before the option,
+    option name); everything from the value on is hidden."""
+    q = rest.find("?")
+    if q < 0 or "@" not in rest[q:]:
+        return None
+    offset = q + 1
+    for piece in rest[q + 1:].split("&"):
+        name, eq, _ = piece.partition("=")
+        if eq and is_secret_name(name) and "@" in rest[offset:]:
+            return rest[:offset], name
+        offset += len(piece) + 1
+    return None
+
+
+def _mask_rest(rest: str) -> str:
+    """Mask what follows ``scheme://``: credentials, odd ports, query secrets."""
     userinfo, rest = split_credentials(rest)
     shown = ""
     if userinfo is not None:
@@ -131,8 +149,7 @@ def mask_url(url: str) -> str:
         rest = rest[:q + 1] + _mask_query(rest[q + 1:])
     elif "#" in rest:
         rest = rest[:rest.find("#")] + "#" + MASK
-    masked = head + shown + rest
-    return url if masked == url else masked
+    return shown + rest
 
 
 def url_secrets(url: str) -> tuple[str, ...]:
@@ -141,6 +158,9 @@ def url_secrets(url: str) -> tuple[str, ...]:
     found: list[str] = []
     m = _SCHEME.match(url)
     if m is not None and m.group(2) is not None:
+        cut = _secret_tail(url[m.end():])
+        if cut is not None:
+            found.append(url[m.end() + len(cut[0]) + len(cut[1]) + 1:])
         userinfo, rest = split_credentials(url[m.end():])
         if userinfo is not None and ":" in userinfo:
             found.append(userinfo.partition(":")[2])

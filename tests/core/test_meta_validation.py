@@ -4,12 +4,12 @@ value must not look like an outage) and never a change to the record."""
 
 from __future__ import annotations
 
-import os
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import store_url_for
 
 from lease_integrations import ConfigurationError, LeaseLock, LeaseStore, connect
 from lease_integrations.core.validation import META_MAX_BYTES, validate_meta
@@ -30,8 +30,11 @@ BAD: dict[str, tuple[Any, str]] = {
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
-def meta_store(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> Iterator[LeaseStore]:
-    store = connect(store_url_for(request, request.param, tmp_path))
+def meta_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LeaseStore]:
+    url: str = {"memory": f"memory://meta-{uuid.uuid4().hex}",
+                "sqlite": f"sqlite://{tmp_path}/leases.db"}.get(request.param) \
+        or request.getfixturevalue(f"{request.param}_url")
+    store = connect(url)
     yield store
     store.close()
 
