@@ -102,7 +102,7 @@ class Block:
         # An async exception is raised by type: one subclass per block, so the
         # hold knows its own interrupt from another block's.
         self.error: type[LeaseInterrupted] = type(
-            "LeaseInterrupted", (LeaseInterrupted,), {"lease": lease})
+            "LeaseInterrupted", (LeaseInterrupted,), {"lease": lease, "block": self})
 
 
 def guarded(func: F) -> F:
@@ -145,6 +145,15 @@ def shield_down() -> Block | None:
 
 
 @guarded
+def depth(restore: int | None = None) -> int:
+    """This thread's shield depth; with ``restore``, set it back first."""
+    if restore is not None:
+        _state().shield = restore
+    state = _threads.get(threading.get_ident())
+    return state.shield if state is not None else 0
+
+
+@guarded
 def lower() -> None:
     """``shield_down`` and deliver what waited (when nothing is held)."""
     pending = shield_down()
@@ -165,11 +174,13 @@ def _deliverable(state: _Thread) -> Block | None:
 def arm(lease: Lease, *, stacked: bool = True) -> Block:
     """Arm a block for ``lease`` on the calling thread (a sync hold, inside a
     shield) or, with ``stacked=False``, for the calling task (``hold_async``)."""
+    global _previous_handler, _previous_unraisable
     block = Block(lease)
     block.stacked = stacked
+    if sys.unraisablehook is not _unraisable:
+        _previous_unraisable, sys.unraisablehook = sys.unraisablehook, _unraisable
     if stacked:
         if block.thread == _MAIN and _signal is not None and signal.getsignal(_signal) is not _handler:
-            global _previous_handler
             _previous_handler = signal.signal(_signal, _handler)
         _state().stack.append(block)
     lease.on_lost(lambda _lease: fire(block))
@@ -205,10 +216,13 @@ def deliver(block: Block) -> None:
 
 def fire(block: Block) -> None:
     """The lease of ``block`` is lost: deliver it on its thread (from any thread)."""
-    global _sent
     block.pending = True
-    if threading.get_ident() == block.thread:
-        return  # found by the block's own thread (lease.check); its exit raises
+    if threading.get_ident() != block.thread:  # else lease.check() found it: the exit raises
+        _send(block)
+
+
+def _send(block: Block) -> None:
+    global _sent
     if block.stacked and block.thread == _MAIN and _signal is not None:
         with _send_lock:
             _sent += 1
@@ -235,6 +249,20 @@ def _set_async(block: Block) -> bool:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(
             ctypes.c_ulong(block.thread), ctypes.py_object(block.error))
         return True
+
+
+def _unraisable(info: Any) -> None:
+    """An interrupt that landed where Python ignores exceptions (``__del__``, a
+    weakref callback): deliver it again, it will land at the next bytecode."""
+    block = getattr(type(info.exc_value), "block", None)
+    if isinstance(block, Block) and block.armed:
+        block.delivered = False
+        _send(block)
+    else:
+        _previous_unraisable(info)
+
+
+_previous_unraisable = sys.unraisablehook
 
 
 def _deliver_from_loop(block: Block) -> None:
