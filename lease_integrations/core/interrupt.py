@@ -189,15 +189,16 @@ def arm(lease: Lease, *, stacked: bool = True) -> Block:
 
 @guarded
 def disarm(block: Block) -> list[Block]:
-    """Disarm ``block`` (inside a shield). Returns the blocks above it on its
-    thread's stack, also disarmed: holds whose exit an exception cut short,
-    which the caller still has to release."""
+    """Disarm ``block`` (inside a shield). Returns the blocks of the same task
+    above it on its thread's stack, also disarmed: holds whose exit an
+    exception cut short, which the caller still has to release."""
     block.armed = False
     state = _threads.get(block.thread)
     if state is None or block not in state.stack:
         return []
-    above = state.stack[state.stack.index(block) + 1:]
-    del state.stack[state.stack.index(block):]
+    index = state.stack.index(block)
+    above = [inner for inner in state.stack[index + 1:] if inner.task is block.task]
+    state.stack[index:] = [inner for inner in state.stack[index + 1:] if inner not in above]
     for inner in above:
         inner.armed = False
     return above

@@ -85,10 +85,10 @@ def assert_nothing_left(store: LeaseStore, leases: list[Lease]) -> None:
         assert record is None or not record.held, f"lease {key} still held: {record}"
     heartbeat = get_heartbeat()
     for lease in leases:
-        assert not _renewing(heartbeat, lease), f"lease {lease.key} is still being renewed"
+        assert not renewing(heartbeat, lease), f"lease {lease.key} is still being renewed"
 
 
-def _renewing(heartbeat: Any, lease: Lease) -> bool:
+def renewing(heartbeat: Any, lease: Lease) -> bool:
     if hasattr(type(heartbeat), "__contains__"):
         return lease in heartbeat
     return id(lease) in heartbeat._entries  # the code before issue 12 had no public way
