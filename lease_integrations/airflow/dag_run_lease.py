@@ -17,26 +17,29 @@ tasks that already exist. Both add three tasks (ids from ``task_prefix``):
 
 ``<prefix>_acquire`` (a setup task)
     takes the lease as the run's holder (meta: dag_id, run_id, run_type, host)
-    and pushes holder and token to XCom. ``on_busy``: ``skip`` skips the whole
+    and pushes its token to XCom (never its secret: see ``run_lease``). ``on_busy``: ``skip`` skips the whole
     run's work (the log names the holder), ``fail`` fails the run, ``wait``
     waits (``deferrable=True``: in the triggerer, without a worker slot).
 ``<prefix>_keeper``
-    defers at once; its trigger renews the lease from the triggerer every
-    ``lease_heartbeat`` (ttl/3) until the release task gives it back, so a run
-    whose tasks queue for an hour keeps its lease without a worker slot. If a
-    renewal is refused or the store stays down past the trust window, the
-    keeper fails, and with it the run.
+    defers at once; its trigger adopts the lease in the triggerer and the core
+    heartbeat renews it every ``lease_heartbeat`` (ttl/3) until the run gives
+    it back or ends, so a run whose tasks queue for an hour keeps its lease
+    without a worker slot. If the lease is lost, the keeper fails, and with it
+    the run. Acquire and keeper are scheduled before the work
+    (``priority_weight`` with ``weight_rule="absolute"``).
 ``<prefix>_release`` (the teardown)
     runs even when a work task failed, and releases only if the store still
-    has this run's holder and token, never a lease the run no longer holds.
+    has this run's token, never a lease the run no longer holds; a store blip
+    is retried, and the keeper releases the lease itself once the run is over.
 
-Each guarded task checks, before it starts, that the store still has the run's
-holder and token unexpired (else ``LeaseLost``: it fails and the run's later
-tasks never start), and while it runs a watcher re-reads the record every
-heartbeat and interrupts it with ``LeaseLost`` once the lease is gone. The
-lease is in its context as ``context["lease"]`` (``key``, ``token``,
-``check()``) and ``context["dag_run_lease"]``; any task of the run can also
-call ``dag_run_lease_of(context)``. Pass ``context["lease"].token`` to the
+Each guarded task adopts the run's lease for its ``execute``
+(``LeaseLock.hold_adopted``): it does not start unless the store still has
+it (``LeaseLost``: the run's later tasks never start), renews it while it
+runs, and is interrupted with ``LeaseLost`` at the lease's trust deadline,
+before the store can give the key to another run. The lease is in its
+context as ``context["lease"]`` (``key``, ``token``, ``check()``) and
+``context["dag_run_lease"]``; any task of the run can also call
+``dag_run_lease_of(context)``. Pass ``context["lease"].token`` to the
 fencing guard with every write: that is what makes a late, cut-off run's write
 fail instead of corrupting the newer run's work.
 
@@ -47,29 +50,31 @@ at a minute or more. Clearing a single work task re-runs the acquire and
 release tasks with it (setup/teardown semantics) but not the keeper: clear
 the keeper too, or the cleared run's lease expires after its ttl. Under
 ``dag.test()`` no triggerer runs beside the tasks: the keeper ends at once and
-the lease lives ``lease_ttl`` (the guards fail the tasks once it is gone).
+only the guarded tasks renew the lease while they run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
-from airflow.sdk.definitions._internal.contextmanager import DagContext
-
-from lease_integrations import ConfigurationError
+from lease_integrations import ConfigurationError, Lease, LeaseLost
 
 from .connections import DEFAULT_CONN_ID
 from .options import LeaseOptions
-from .run_lease_guard import guard_hooks
-from .run_lease_info import DEFAULT_TASK_PREFIX, DagRunLease, dag_run_lease_of
+from .run_lease import CONTEXT_KEY, DEFAULT_TASK_PREFIX, DagRunLease, dag_run_lease_of
 from .run_lease_tasks import (
+    RUN_LEASE_PRIORITY,
     AcquireDagRunLeaseOperator,
     KeepDagRunLeaseOperator,
     ReleaseDagRunLeaseOperator,
 )
+
+log = logging.getLogger("lease_integrations")
+Hook = Callable[..., Any]
 
 __all__ = ["DagRunLease", "DagRunLeaseTasks", "dag_run_lease", "dag_run_lease_of",
            "with_dag_run_lease"]
@@ -94,12 +99,9 @@ def dag_run_lease(*, lease_key: str | None = None, lease_ttl: float = 60.0,
 
     Arguments as for ``LeasedPythonOperator``; the default key is
     ``airflow/<dag_id>/dag_run``, shared by every run of the DAG."""
-    dag = DagContext.get_current()
-    if dag is None:
-        raise ConfigurationError("dag_run_lease() must be used inside a DAG (with DAG(...): "
-                                 "or a @dag function)")
     tasks = _lease_tasks(_options(lease_key, lease_ttl, lease_heartbeat, lease_conn_id, on_busy,
                                   wait_timeout, deferrable, poll_interval), lease_key, task_prefix)
+    dag = tasks.acquire.dag
     before = set(dag.task_dict)
     yield tasks
     work = [task for task_id, task in dag.task_dict.items() if task_id not in before]
@@ -134,10 +136,14 @@ def _options(lease_key: str | None, lease_ttl: float, lease_heartbeat: float | N
 def _lease_tasks(options: LeaseOptions, lease_key: str | None, prefix: str) -> DagRunLeaseTasks:
     if not isinstance(prefix, str) or not prefix.strip():
         raise ConfigurationError(f"task_prefix must be a non-empty string, got {prefix!r}")
+    first = {"priority_weight": RUN_LEASE_PRIORITY, "weight_rule": "absolute"}
     acquire = AcquireDagRunLeaseOperator(task_id=f"{prefix}_acquire", lease_options=options,
-                                         lease_key=lease_key)
+                                         lease_key=lease_key, **first)
+    if not acquire.has_dag():  # an operator joins the DAG whose block is open
+        raise ConfigurationError("dag_run_lease() must be used inside a DAG (with DAG(...): "
+                                 "or a @dag function)")
     keeper = KeepDagRunLeaseOperator(task_id=f"{prefix}_keeper", acquire_task_id=acquire.task_id,
-                                     retries=0)
+                                     retries=0, **first)
     release = ReleaseDagRunLeaseOperator(task_id=f"{prefix}_release",
                                          acquire_task_id=acquire.task_id)
     release.as_teardown(setups=acquire)
@@ -171,3 +177,73 @@ def _guard(task: Any, acquire_task_id: str) -> None:
     pre, post = guard_hooks(acquire_task_id, task._pre_execute_hook, task._post_execute_hook)
     task._pre_execute_hook = pre
     task._post_execute_hook = post
+
+
+# -- the work tasks' side: adopt the run's lease for the length of execute ------------------
+#: Holds a failed ``execute`` left open (its post_execute never ran): closed
+#: before the next guarded task or the teardown in the same process (dag.test()).
+_open_holds: list[AbstractContextManager[Lease]] = []
+
+
+def leave_leftover_holds() -> None:
+    while _open_holds:
+        hold = _open_holds.pop()
+        with suppress(LeaseLost):
+            hold.__exit__(None, None, None)
+
+
+def guard_hooks(acquire_task_id: str, previous_pre: Hook | None,
+                previous_post: Hook | None) -> tuple[Hook, Hook]:
+    """``pre_execute``/``post_execute`` hooks for one work task (chaining any the
+    DAG author set): adopt the run's lease with the interrupt armed, so the
+    core's trust window and loss delivery apply to the task as to any holder."""
+
+    def pre_execute(context: Any) -> None:
+        leave_leftover_holds()
+        info = dag_run_lease_of(_without_cached(context), acquire_task_id)
+        if info is None:
+            raise LeaseLost("<unknown>", None, f"no run lease in the XCom of {acquire_task_id!r}; "
+                            "did the acquire task run in this DAG run?")
+        store = info.connect()
+        hold = info.lock(store).hold_adopted(info.token, info.secret())
+        try:
+            lease = hold.__enter__()
+        except LeaseLost as lost:
+            store.close()
+            log.error("not starting: the run's lease %s (token %s) is gone: %s", info.key,
+                      info.token, lost.reason)
+            raise
+        _open_holds.append(_Closing(hold, store))
+        log.info("the run holds lease %s with token %s", info.key, info.token)
+        context[CONTEXT_KEY] = info
+        context["lease"] = lease
+        if previous_pre is not None:
+            previous_pre(context)
+
+    def post_execute(context: Any, result: Any = None) -> None:
+        if _open_holds:
+            # Leaving raises LeaseLost if the lease was lost after the last
+            # bytecode of execute: such a try did not succeed.
+            _open_holds.pop().__exit__(None, None, None)
+        if previous_post is not None:
+            previous_post(context, result)
+
+    return pre_execute, post_execute
+
+
+class _Closing(AbstractContextManager[Lease]):
+    """A hold whose store is closed once the hold is left."""
+
+    def __init__(self, hold: AbstractContextManager[Lease], store: Any) -> None:
+        self.hold, self.store = hold, store
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.hold.__exit__(*exc)
+        finally:
+            self.store.close()
+
+
+def _without_cached(context: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A retry must re-read XCom, never reuse a lease a previous hook left behind."""
+    return {k: v for k, v in context.items() if k != CONTEXT_KEY}

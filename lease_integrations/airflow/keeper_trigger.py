@@ -1,147 +1,226 @@
-"""The keeper's trigger: renews a DAG run's lease from the triggerer.
+"""The keeper's trigger: keeps a DAG run's lease from the triggerer.
 
 A run whose tasks sit an hour in a queue must keep its lease, but a task that
-only sleeps and renews would pin a worker slot all that time. The triggerer
-runs thousands of these loops on one event loop instead. It renews as the run's
-holder (holder id and token from the acquire task's XCom) on the heartbeat
-schedule, and it ends in one of two ways:
+only renews would pin a worker slot all that time. The trigger *adopts* the
+lease (``LeaseLock.adopt``), so the core heartbeat renews it: one scheduler
+thread and its own small renewal pool serve every keeper in the triggerer,
+and the trust window and loss rules are the core's. The trigger itself only
+waits on the loss flag and looks at its run now and then, so hundreds of
+keepers cost hundreds of idle coroutines.
 
-- ``released``: the run's release task (the teardown) gave the lease back:
-  the renewal is refused and the store's history shows *our* holder released
-  *our* token. This is the normal end, and the teardown's release is the
-  signal, so there is no second channel to keep consistent.
-- ``lost``: a renewal was refused for any other reason (broken from outside,
-  expired, taken over), or the store stayed unreachable until the trust window
-  (start of the last successful renewal + ttl - margin) closed.
+Its other store calls (adopt, the final release, the history) and the run
+state look-ups run on this module's own bounded pool, never on the event
+loop's default executor, and nothing here blocks in a store wait. Keepers of
+one store share one client (one connection pool), not one each.
 
-Between renewals it reads the record every ``poll_interval`` (or is woken by a
-notifying store), so the end of the run is seen within about a second rather
-than at the next renewal. It ends the keeper task itself (``TaskSuccessEvent``
-or ``TaskFailedEvent``), so not even the end takes a worker slot.
+It ends the keeper task itself (``TaskSuccessEvent``/``TaskFailedEvent``):
+
+- success when the run gave the lease back (the teardown released it), or
+  when the run is over (the DAG run is no longer running, or every other task
+  of the run has finished): then the keeper releases the lease itself if it
+  still holds it, so a teardown that never ran or whose release failed never
+  leaves the lease held after its run;
+- failure when the lease is lost (a refused renewal, a break, the store
+  unreachable past the trust window), and with it the run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import threading
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
-from lease_integrations import LeaseStore, connect
+from lease_integrations import Lease, LeaseLost, LeaseStore, connect
 
 from .connections import resolve_store_url_async
+from .run_lease import DagRunLease
 
-#: How many of the key's latest events to search for our own release.
+T = TypeVar("T")
+
+#: Threads for the keepers' own store and API calls (renewals use the core
+#: heartbeat's pool). Bounded: 500 keepers do not mean 500 threads.
+KEEPER_WORKERS = 8
+#: How many of the key's latest events to search for the run's own release.
 HISTORY_DEPTH = 50
+#: Task states that are over for good (the keeper's stop rule).
+FINISHED = {"success", "failed", "skipped", "upstream_failed", "removed"}
+
+_pool = ThreadPoolExecutor(KEEPER_WORKERS, thread_name_prefix="lease-keeper")
+_stores: dict[str, tuple[LeaseStore, int]] = {}
+_stores_lock = threading.Lock()
+
+
+async def _call(fn: Callable[..., T], *args: Any) -> T:
+    return await asyncio.get_running_loop().run_in_executor(_pool, functools.partial(fn, *args))
+
+
+def _open_store(url: str | None) -> LeaseStore:
+    with _stores_lock:
+        store, users = _stores.get(url or "", (None, 0))
+        if store is None:
+            store = connect(url)
+        _stores[url or ""] = (store, users + 1)
+        return store
+
+
+def _close_store(url: str | None) -> None:
+    with _stores_lock:
+        store, users = _stores[url or ""]
+        if users > 1:
+            _stores[url or ""] = (store, users - 1)
+            return
+        del _stores[url or ""]
+    store.close()
 
 
 class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
-    """Ends the keeper task: success once the run released its lease, failure
-    once the lease is lost. ``outcome`` holds (status, reason, renewals)."""
+    """Ends the keeper task: success once the run released its lease or ended,
+    failure once the lease is lost. ``outcome`` holds (status, reason).
 
-    def __init__(self, lease_key: str, holder: str, token: int, ttl: float, heartbeat: float,
-                 lease_conn_id: str, store_url: str | None = None,
-                 poll_interval: float = 1.0) -> None:
+    ``lease`` is the run's XCom value (no secret: the triggerer derives it);
+    ``check_interval`` how often the run's state is read (default: the
+    heartbeat, at most 5 s)."""
+
+    def __init__(self, lease: dict[str, Any], keeper_task_id: str,
+                 check_interval: float | None = None) -> None:
         super().__init__()
-        self.lease_key = lease_key
-        self.holder = holder
-        self.token = int(token)
-        self.ttl = float(ttl)
-        self.heartbeat = float(heartbeat)
-        self.lease_conn_id = lease_conn_id
-        self.store_url = store_url  # set only when it carries no password
-        self.poll_interval = float(poll_interval)
-        self.outcome: tuple[str, str, int] | None = None
+        self.lease = lease
+        self.keeper_task_id = keeper_task_id
+        self.check_interval = check_interval
+        self.outcome: tuple[str, str] | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {"lease_key": self.lease_key, "holder": self.holder, "token": self.token,
-             "ttl": self.ttl, "heartbeat": self.heartbeat, "lease_conn_id": self.lease_conn_id,
-             "store_url": self.store_url, "poll_interval": self.poll_interval},
-        )
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {"lease": self.lease, "keeper_task_id": self.keeper_task_id,
+                 "check_interval": self.check_interval})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        url = self.store_url or await resolve_store_url_async(self.lease_conn_id)
-        store = await asyncio.to_thread(connect, url)
+        info = DagRunLease.from_xcom(self.lease)
+        url = info.store_url or await resolve_store_url_async(info.conn_id)
+        store = await _call(_open_store, url)
         try:
-            status, reason, renewals = await self._keep(store)
+            status, reason = await self._keep(info, store)
         finally:
-            await asyncio.to_thread(store.close)
-        self.outcome = (status, reason, renewals)
+            await _call(_close_store, url)
+        self.outcome = (status, reason)
         if status == "released":
-            self.log.info("run lease %s (token %s) released by the run after %d renewals: %s",
-                          self.lease_key, self.token, renewals, reason)
+            self.log.info("run lease %s (token %s): %s", info.key, info.token, reason)
             yield TaskSuccessEvent()
         else:
-            self.log.error("run lease %s (token %s) lost after %d renewals: %s", self.lease_key,
-                           self.token, renewals, reason)
+            self.log.error("run lease %s (token %s) lost: %s", info.key, info.token, reason)
             yield TaskFailedEvent()
 
-    async def _keep(self, store: LeaseStore) -> tuple[str, str, int]:
-        margin = self.ttl / 10
-        # Until the first renewal succeeds we only know the acquire task got it
-        # no earlier than now - (time in queue): count from now, the renewal says the rest.
-        trusted_until = time.monotonic() + self.ttl - margin
-        retry = max(0.05, min(1.0, self.heartbeat / 4))
-        renewals = 0
-        self.log.info("keeping run lease %s (token %s) every %.1f s", self.lease_key, self.token,
-                      self.heartbeat)
+    async def on_kill(self) -> None:
+        """A user ended the keeper's task (marked the run failed or succeeded,
+        cleared it): give the lease back if the run is over, else leave it."""
+        info = DagRunLease.from_xcom(self.lease)
+        if await _call(self._run_is_over, info) is not True:
+            return
+        url = info.store_url or await resolve_store_url_async(info.conn_id)
+        store = await _call(_open_store, url)
+        try:
+            lock = info.lock(store)
+            lease = await _call(lock.adopt, info.token, info.secret())
+            await _call(lock.release, lease)
+        except LeaseLost:
+            pass
+        finally:
+            await _call(_close_store, url)
+
+    async def _keep(self, info: DagRunLease, store: LeaseStore) -> tuple[str, str]:
+        lock = info.lock(store)
+        # The acquire task took it at most a ttl ago: a store down until then has lost it.
+        trusted_until = time.monotonic() + lock.ttl - lock.margin
         while True:
-            started = time.monotonic()
             try:
-                renewed = await asyncio.wait_for(
-                    asyncio.to_thread(store.renew, self.lease_key, self.holder, self.token,
-                                      self.ttl),
-                    timeout=max(0.05, min(self.heartbeat, trusted_until - started)),
-                )
-            except Exception as exc:  # transient (or a timeout): retry until trust runs out
-                if time.monotonic() >= trusted_until:
-                    return "lost", (f"store unreachable until the trust window closed "
-                                    f"(last error: {exc!r})"), renewals
-                self.log.warning("renewing run lease %s failed (%r); retrying", self.lease_key, exc)
-                await asyncio.sleep(retry)
-                continue
-            if not renewed:
-                return (*await asyncio.to_thread(self._why_refused, store), renewals)
-            renewals += 1
-            trusted_until = started + self.ttl - margin
-            if await self._gone_before(store, started + self.heartbeat):
-                return (*await asyncio.to_thread(self._why_refused, store), renewals)
-
-    async def _gone_before(self, store: LeaseStore, due: float) -> bool:
-        """Watch the record until the next renewal is due; True as soon as it is
-        no longer ours (released by the teardown, broken, taken). A failed read
-        is left to the next renewal, which owns the trust window."""
-        while (left := due - time.monotonic()) > 0:
-            wait = min(self.poll_interval, left)
-            if store.notifies:
-                await asyncio.to_thread(store.wait_for_release, self.lease_key, wait)
-            else:
-                await asyncio.sleep(wait)
-            try:
-                record = await asyncio.to_thread(store.get, self.lease_key)
-            except Exception:
-                continue
-            if record is None or record.holder != self.holder or record.token != self.token:
-                return True
-        return False
-
-    def _why_refused(self, store: LeaseStore) -> tuple[str, str]:
-        """A refused renewal is the end either way; the history says which end."""
-        for event in reversed(store.history(self.lease_key, limit=HISTORY_DEPTH)):
-            if event.token != self.token:
-                continue
-            if event.kind == "released" and event.holder == self.holder:
-                return "released", "the run's release task gave it back"
-            if event.kind == "broken":
-                by = event.detail.get("by", "someone")
-                return "lost", f"broken from outside by {by}"
-            if event.kind == "acquired":
+                lease = await _call(lock.adopt, info.token, info.secret())
                 break
-        record = store.get(self.lease_key)
-        if record is not None and record.token != self.token:
-            return "lost", f"taken over with token {record.token} by {record.holder}"
-        return "lost", "expired before it could be renewed"
+            except LeaseLost as refused:
+                return await self._after_loss(store, info, refused.reason)
+            except Exception as exc:
+                if time.monotonic() >= trusted_until:
+                    return "lost", f"store unreachable until the trust window closed ({exc!r})"
+                await asyncio.sleep(min(1.0, lock.heartbeat / 4))
+        loop = asyncio.get_running_loop()
+        lost = asyncio.Event()
+
+        def wake(_lease: Lease) -> None:
+            loop.call_soon_threadsafe(lost.set)
+
+        lease.on_lost(wake)
+        self.log.info("keeping run lease %s (token %s) every %.1f s", info.key, info.token,
+                      lock.heartbeat)
+        interval = self.check_interval or min(lock.heartbeat, 5.0)
+        try:
+            while not lost.is_set():
+                try:
+                    await asyncio.wait_for(lost.wait(), interval)
+                    break
+                except asyncio.TimeoutError:
+                    pass
+                if await _call(self._run_is_over, info):
+                    return await _call(_end_of_run, lock, lease, store, info)
+        finally:
+            lock.forget(lease)  # stop renewing, never release here: that is decided above
+        return await self._after_loss(store, info, lease.lost_reason or "")
+
+    async def _after_loss(self, store: LeaseStore, info: DagRunLease,
+                          reason: str) -> tuple[str, str]:
+        """A loss is the end either way; the history says whether the run gave
+        the lease back first. Unreadable (the store is down): the loss stands."""
+        try:
+            status, why = await _call(_why_refused, store, info)
+        except Exception:
+            return "lost", reason
+        if status == "lost" and "trust window" in reason:
+            return "lost", reason
+        return status, why
+
+    def _run_is_over(self, info: DagRunLease) -> bool | None:
+        """True once the DAG run is not running or every task but the keeper
+        has finished; None when the run's state cannot be read (no triggerer
+        supervisor, e.g. in a plain asyncio test: the keeper then ends only
+        with the lease)."""
+        try:
+            from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+            state = RuntimeTaskInstance.get_dagrun_state(info.dag_id, info.run_id)
+            if str(getattr(state, "value", state)) not in ("running", "queued"):
+                return True
+            states = RuntimeTaskInstance.get_task_states(info.dag_id, run_ids=[info.run_id])
+        except Exception:
+            return None
+        tasks = dict(states.get(info.run_id, {}))
+        tasks.pop(self.keeper_task_id, None)
+        return bool(tasks) and all(str(s) in FINISHED for s in tasks.values())
+
+
+def _end_of_run(lock: Any, lease: Lease, store: LeaseStore, info: DagRunLease) -> tuple[str, str]:
+    """The run is over: release the lease if this run still holds it."""
+    if lock.release(lease):
+        return "released", "the run ended without giving it back: released by the keeper"
+    return _why_refused(store, info)
+
+
+def _why_refused(store: LeaseStore, info: DagRunLease) -> tuple[str, str]:
+    """The lease is no longer the run's: the history says whether the run
+    gave it back (success) or lost it."""
+    for event in reversed(store.history(info.key, limit=HISTORY_DEPTH)):
+        if event.token != info.token:
+            continue
+        if event.kind == "released":
+            return "released", "the run's release task gave it back"
+        if event.kind == "broken":
+            return "lost", f"broken from outside by {event.detail.get('by', 'someone')}"
+        if event.kind == "acquired":
+            break
+    record = store.get(info.key)
+    if record is not None and record.token != info.token:
+        return "lost", f"taken over with token {record.token} by {record.holder}"
+    return "lost", "expired before it could be renewed"

@@ -10,19 +10,17 @@ key and the store.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk.exceptions import AirflowSkipException
 
 from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock, LeaseStore, connect
 
+from .busy import on_busy, remaining_wait, resumed_deadline
 from .connections import DEFAULT_CONN_ID, resolve_store_url
 from .meta import task_meta
 from .options import DEFAULT_TTL, LeaseOptions, default_key
 from .signals import release_on_sigterm
-from .trigger import LeaseReleasedTrigger
 
 XCOM_KEY = "lease_token"
 
@@ -119,7 +117,7 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
     def execute_after_wait(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         """Resumed by ``LeaseReleasedTrigger``: try again (and defer again if
         another waiter won the lease first)."""
-        self._deadline = (event or {}).get("deadline")
+        self._deadline = resumed_deadline(event)
         return self.execute(context)
 
     def on_kill(self) -> None:
@@ -135,23 +133,12 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
         """One immediate attempt decides the policy, so the log says who holds
         the lease before anything waits."""
         options = self.lease_options
-        remaining = self._remaining_wait()
+        remaining = remaining_wait(options, self._deadline)
         try:
             return self._hold_and_run(lock, store, context, wait=0)
         except _NotAcquired as not_acquired:
             busy = not_acquired.busy
-        if options.on_busy == "skip":
-            self.log.info("skipping: %s", busy)
-            raise AirflowSkipException(f"skipped: {busy}")
-        if options.on_busy == "fail":
-            self.log.error("failing: %s", busy)
-            raise busy
-        if options.deferrable and (remaining is None or remaining > 0):
-            self.log.info("deferring until it is free: %s", busy)
-            self._defer_until_free(lock.key, remaining)
-        self.log.info("waiting %s for it: %s",
-                      "as long as it takes" if remaining is None else f"up to {remaining:.1f} s",
-                      busy)
+        remaining = on_busy(self, options, busy, remaining, self._deadline)
         try:
             return self._hold_and_run(lock, store, context, wait=remaining)
         except _NotAcquired as not_acquired:
@@ -178,24 +165,3 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
             raise _NotAcquired(busy) from None
         finally:
             self._held = None
-
-    def _remaining_wait(self) -> float | None:
-        timeout = self.lease_options.wait_timeout
-        deadline = self._deadline
-        if deadline is None:
-            return timeout
-        left = (datetime.fromisoformat(deadline) - datetime.now(timezone.utc)).total_seconds()
-        return max(0.0, left)
-
-    def _defer_until_free(self, key: str, remaining: float | None) -> None:
-        deadline = self._deadline
-        if deadline is None and remaining is not None:
-            deadline = (datetime.now(timezone.utc) + timedelta(seconds=remaining)).isoformat()
-        self.defer(
-            trigger=LeaseReleasedTrigger(
-                lease_key=key, lease_conn_id=self.lease_options.lease_conn_id,
-                poll_interval=self.lease_options.poll_interval, deadline=deadline,
-            ),
-            method_name="execute_after_wait",
-            timeout=None if remaining is None else timedelta(seconds=remaining),
-        )

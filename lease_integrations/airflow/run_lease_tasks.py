@@ -1,10 +1,11 @@
 """The three tasks behind ``dag_run_lease``: acquire (setup), keep (deferred
 to the triggerer) and release (teardown).
 
-They talk to the store through the protocol alone (acquire, renew, release
-with an explicit holder and token), because the lease outlives each of these
-processes: the acquire task exits holding it, the keeper's trigger renews it
-in another process, and the teardown gives it back in a third.
+The lease outlives each of these processes: the acquire task exits holding
+it, the keeper's trigger renews it in another process, and the teardown gives
+it back in a third. Every process after the first *adopts* the lease through
+the core (``LeaseLock.adopt``), so the core's heartbeat, trust window and loss
+rules are the only ones.
 """
 
 from __future__ import annotations
@@ -12,19 +13,31 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowSkipException
 
 from lease_integrations import LeaseBusy, LeaseLost, LeaseStore, connect
+from lease_integrations.core import LeaseError
 
-from .connections import DEFAULT_CONN_ID, resolve_store_url
+from .busy import on_busy, remaining_wait, resumed_deadline
+from .connections import resolve_store_url
 from .keeper_trigger import DagRunLeaseKeeperTrigger
+from .meta import run_meta
 from .options import LeaseOptions
-from .run_lease_info import XCOM_KEY, DagRunLease, dag_run_lease_of, run_holder_meta, shareable_url
-from .trigger import LeaseReleasedTrigger
+from .run_lease import (
+    XCOM_KEY,
+    DagRunLease,
+    acquire_for_run,
+    dag_run_lease_of,
+    run_secret,
+    shareable_url,
+)
+
+#: With ``weight_rule="absolute"``: the lease's own tasks are scheduled before
+#: any work task competing for the same pool or parallelism (a keeper queued
+#: behind the work would start when the ttl is running out).
+RUN_LEASE_PRIORITY = 1_000_000
 
 
 def run_key(dag_id: str) -> str:
@@ -33,11 +46,8 @@ def run_key(dag_id: str) -> str:
 
 
 class AcquireDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
-    """Take the run's lease and hand it (holder and token) to the run via XCom.
-
-    ``on_busy``: ``skip`` (this task is skipped, so every work task is too,
-    and the log names the holder), ``fail``, or ``wait`` (``deferrable=True``
-    frees the worker slot while waiting)."""
+    """Take the run's lease and hand it (token, nonce: never the secret) to
+    the run via XCom. ``on_busy`` as for ``LeasedPythonOperator``."""
 
     template_fields: Sequence[str] = ("lease_key",)
     ui_color = "#d9ead3"
@@ -50,41 +60,44 @@ class AcquireDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
         self._deadline: str | None = None
 
     def execute(self, context: Any) -> None:
-        key = self.lease_key or run_key(self.dag_id)
         url = resolve_store_url(self.lease_options.lease_conn_id)
         store = connect(url)
         try:
-            self._acquire(store, key, context, shareable_url(url))
+            self._acquire(store, self.lease_key or run_key(self.dag_id), context,
+                          shareable_url(url))
         finally:
             store.close()
 
     def execute_after_wait(self, context: Any, event: dict[str, Any] | None = None) -> None:
         """Resumed by ``LeaseReleasedTrigger``; defers again if another run won."""
-        self._deadline = (event or {}).get("deadline")
+        self._deadline = resumed_deadline(event)
         self.execute(context)
 
     def _acquire(self, store: LeaseStore, key: str, context: Any, store_url: str | None) -> None:
         options = self.lease_options
-        lock = options.lock_for(key, store)  # validates the rendered key
-        heartbeat = lock.heartbeat
-        holder = f"dagrun:{secrets.token_hex(8)}"
-        meta = run_holder_meta(context)
-        remaining = self._remaining_wait()
+        heartbeat = options.lock_for(key, store).heartbeat  # validates the rendered key
+        ti = context["ti"]
+        nonce = secrets.token_hex(8)
+        secret = run_secret(key, ti.dag_id, ti.run_id, nonce)
+        meta = {**run_meta(context), "scope": "dag_run"}
+        holder = f"dagrun:{ti.dag_id}:{ti.run_id}"
+        remaining = remaining_wait(options, self._deadline)
         deadline = None if remaining is None else time.monotonic() + remaining
         first = True
         while True:
-            result = store.acquire(key, holder, options.lease_ttl, meta)
+            result = acquire_for_run(store, key, holder, secret, options.lease_ttl, meta)
             if result.granted and result.record is not None:
-                lease = DagRunLease(key=key, holder=holder, token=result.record.token,
-                                    ttl=options.lease_ttl, heartbeat=heartbeat,
-                                    conn_id=options.lease_conn_id, store_url=store_url)
-                context["ti"].xcom_push(key=XCOM_KEY, value=lease.to_xcom())
-                self.log.info("the run holds lease %s with token %s as %s (store %s)", key,
-                              lease.token, holder, store.url)
+                lease = DagRunLease(key=key, token=result.record.token, ttl=options.lease_ttl,
+                                    heartbeat=heartbeat, conn_id=options.lease_conn_id,
+                                    dag_id=ti.dag_id, run_id=ti.run_id, nonce=nonce,
+                                    store_url=store_url)
+                ti.xcom_push(key=XCOM_KEY, value=lease.to_xcom())
+                self.log.info("the run holds lease %s with token %s (store %s)", key,
+                              lease.token, store.url)
                 return
             busy = LeaseBusy(key, result.record)
             if first:
-                self._on_busy(busy, key, remaining)
+                on_busy(self, options, busy, remaining, self._deadline, "the whole run")
                 first = False
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
@@ -94,40 +107,10 @@ class AcquireDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
             delay = min(options.poll_interval, max(0.05, expires_in or 0.05))
             store.wait_for_release(key, delay if left is None else min(delay, left))
 
-    def _on_busy(self, busy: LeaseBusy, key: str, remaining: float | None) -> None:
-        on_busy = self.lease_options.on_busy
-        if on_busy == "skip":
-            self.log.info("skipping the whole run: %s", busy)
-            raise AirflowSkipException(f"skipped: {busy}")
-        if on_busy == "fail":
-            self.log.error("failing the run: %s", busy)
-            raise busy
-        if self.lease_options.deferrable and (remaining is None or remaining > 0):
-            self.log.info("deferring until it is free: %s", busy)
-            deadline = self._deadline
-            if deadline is None and remaining is not None:
-                deadline = (datetime.now(timezone.utc) + timedelta(seconds=remaining)).isoformat()
-            self.defer(
-                trigger=LeaseReleasedTrigger(lease_key=key,
-                                             lease_conn_id=self.lease_options.lease_conn_id,
-                                             poll_interval=self.lease_options.poll_interval,
-                                             deadline=deadline),
-                method_name="execute_after_wait",
-                timeout=None if remaining is None else timedelta(seconds=remaining),
-            )
-        self.log.info("waiting %s for it: %s",
-                      "as long as it takes" if remaining is None else f"up to {remaining:.1f} s", busy)
-
-    def _remaining_wait(self) -> float | None:
-        if self._deadline is None:
-            return self.lease_options.wait_timeout
-        left = (datetime.fromisoformat(self._deadline) - datetime.now(timezone.utc)).total_seconds()
-        return max(0.0, left)
-
 
 class KeepDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
-    """Defers at once: the triggerer renews the run's lease until the release
-    task gives it back (success) or it is lost (failure, so the run fails)."""
+    """Defers at once: the triggerer keeps the run's lease until the run gives
+    it back or ends (success), or it is lost (failure, so the run fails)."""
 
     ui_color = "#fff2cc"
 
@@ -142,32 +125,18 @@ class KeepDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
         if _in_dag_test():
             # dag.test() runs a trigger inline and the next task only after it
             # ends: a keeper would block the run it keeps. Without a triggerer
-            # beside the tasks the lease simply lives its ttl.
+            # the work tasks' own adoption keeps the lease while they run.
             self.log.warning("dag.test(): no triggerer runs beside the tasks, so lease %s "
-                             "(token %s) is not renewed; it lasts lease_ttl=%.0f s", info.key,
-                             info.token, info.ttl)
+                             "(token %s) is renewed only while a guarded task runs", info.key,
+                             info.token)
             return
         self.log.info("handing lease %s (token %s) to the triggerer, renewed every %.1f s",
                       info.key, info.token, info.heartbeat)
-        self.defer(
-            trigger=DagRunLeaseKeeperTrigger(lease_key=info.key, holder=info.holder,
-                                             token=info.token, ttl=info.ttl,
-                                             heartbeat=info.heartbeat, lease_conn_id=info.conn_id,
-                                             store_url=info.store_url),
-            method_name="execute_complete",
-        )
+        self.defer(trigger=DagRunLeaseKeeperTrigger(lease=info.to_xcom(), keeper_task_id=self.task_id),
+                   method_name="execute_complete")
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> None:
-        """Not reached in normal operation (the trigger ends this task itself with
-        a success or failure event); kept so a plain event still ends it right."""
-        event = event or {}
-        key, token = event.get("key", "?"), event.get("token")
-        if event.get("status") == "released":
-            self.log.info("run lease %s (token %s) released by the run after %s renewals", key,
-                          token, event.get("renewals"))
-            return
-        self.log.error("run lease %s (token %s) lost: %s", key, token, event.get("reason"))
-        raise LeaseLost(str(key), token, str(event.get("reason") or "the keeper could not renew"))
+        """Not reached in normal operation (the trigger ends this task itself)."""
 
 
 def _in_dag_test() -> bool:
@@ -181,9 +150,11 @@ def _in_dag_test() -> bool:
 
 
 class ReleaseDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
-    """The teardown: give the lease back iff the store still has our holder and
-    token. A lease this run no longer holds (expired, broken, now someone
-    else's) is left untouched."""
+    """The teardown: give the lease back iff the store still has this run's
+    token; a lease the run no longer holds is left untouched. A store blip is
+    retried for up to one ttl (teardowns have no retries by default); the
+    keeper releases it too once the run has ended, so the lease never
+    outlives its run."""
 
     ui_color = "#f4cccc"
 
@@ -192,21 +163,36 @@ class ReleaseDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
         self.acquire_task_id = acquire_task_id
 
     def execute(self, context: Any) -> None:
+        from .dag_run_lease import leave_leftover_holds
+
+        leave_leftover_holds()
         info = dag_run_lease_of(context, self.acquire_task_id)
         if info is None:
             self.log.info("this run took no lease; nothing to release")
             return
+        deadline = time.monotonic() + info.ttl
+        while True:
+            try:
+                self._release(info)
+                return
+            except LeaseError as exc:  # StoreUnavailable and friends: the store blipped
+                if time.monotonic() >= deadline:
+                    raise
+                self.log.warning("releasing run lease %s failed (%s); retrying", info.key, exc)
+                time.sleep(min(1.0, info.heartbeat / 4))
+
+    def _release(self, info: DagRunLease) -> None:
         store = info.connect()
         try:
-            if store.release(info.key, info.holder, info.token):
-                self.log.info("released run lease %s (token %s)", info.key, info.token)
+            lock = info.lock(store)
+            try:
+                lease = lock.adopt(info.token, info.secret())
+            except LeaseLost as lost:
+                self.log.warning("run lease %s (token %s) was no longer this run's (%s); left "
+                                 "untouched", info.key, info.token, lost)
                 return
-            record = store.get(info.key)
+            released = lock.release(lease)
         finally:
             store.close()
-        self.log.warning("run lease %s (token %s) was no longer this run's (%s); left untouched",
-                         info.key, info.token, info.why_not_current(record))
-
-
-__all__ = ["DEFAULT_CONN_ID", "AcquireDagRunLeaseOperator", "KeepDagRunLeaseOperator",
-           "ReleaseDagRunLeaseOperator", "run_key"]
+        self.log.info("released run lease %s (token %s)%s", info.key, info.token,
+                      "" if released else ": the store no longer had it")

@@ -9,6 +9,7 @@ The names below are the core's public surface: the orchestrator glue in
 from .config import mask_url, resolve_url
 from .errors import (
     ConfigurationError,
+    CorruptRecord,
     LeaseBusy,
     LeaseError,
     LeaseInterrupted,
@@ -20,7 +21,7 @@ from .interrupt import set_interrupt_signal
 from .lease import Lease
 from .lock import LeaseLock
 from .record import AcquireResult, LeaseRecord
-from .store import LeaseEvent, LeaseStore
+from .store import LeaseEvent, LeaseStore, RecordList
 from .validation import (
     ON_BUSY_POLICIES,
     ON_LOST_POLICIES,
@@ -36,6 +37,7 @@ __all__ = [
     "ON_LOST_POLICIES",
     "AcquireResult",
     "ConfigurationError",
+    "CorruptRecord",
     "Lease",
     "LeaseBusy",
     "LeaseError",
@@ -45,6 +47,7 @@ __all__ = [
     "LeaseLost",
     "LeaseRecord",
     "LeaseStore",
+    "RecordList",
     "StaleToken",
     "StoreUnavailable",
     "mask_url",

@@ -27,6 +27,7 @@ from .validation import (
     ON_LOST_POLICIES,
     validate_heartbeat,
     validate_key,
+    validate_meta,
     validate_policy,
     validate_ttl,
     validate_wait,
@@ -44,9 +45,14 @@ def _hostname() -> str:
 
 
 def new_holder_id() -> str:
-    """Readable (host and pid) yet unguessable (64 random bits), so nobody can
-    release another's lease by guessing its holder id."""
-    return f"{_hostname()}:{os.getpid()}:{secrets.token_hex(8)}"
+    """The public holder name: readable (host and pid), shown everywhere. It
+    proves nothing: renew and release need the owner secret (``new_secret``)."""
+    return f"{_hostname()}:{os.getpid()}"
+
+
+def new_secret() -> str:
+    """A fresh owner secret (128 random bits) for one acquire; never logged."""
+    return secrets.token_hex(16)
 
 
 def default_meta() -> dict[str, Any]:
@@ -84,7 +90,7 @@ class LeaseLock:
         self.heartbeat = validate_heartbeat(heartbeat, self.ttl)
         self.margin = self._validate_margin(margin)
         self.on_lost = validate_policy(on_lost, ON_LOST_POLICIES, "on_lost")
-        self.meta = dict(meta or {})
+        self.meta = validate_meta(meta)
 
     def _validate_margin(self, margin: float | None) -> float:
         if margin is None:
@@ -114,6 +120,7 @@ class LeaseLock:
         lease is returned with the shield still up (the hold arms it)."""
         limit = validate_wait(wait)
         holder, full_meta = self._identity(meta)
+        secret = new_secret()
         deadline = None if limit is None else time.monotonic() + limit
         backoff = Backoff()
         while True:
@@ -121,9 +128,9 @@ class LeaseLock:
             if shield:
                 interrupt.shield_up()
             try:
-                result = self.store.acquire(self.key, holder, self.ttl, full_meta)
+                result = self.store.acquire(self.key, holder, secret, self.ttl, full_meta)
                 if result.granted:  # registered on the heartbeat by the hold
-                    return self._start(result, started, register=not shield)
+                    return self._start(result, started, secret, register=not shield)
             except BaseException:
                 if shield:
                     interrupt.lower()
@@ -220,13 +227,14 @@ class LeaseLock:
         the event loop keeps running while we wait."""
         limit = validate_wait(wait)
         holder, full_meta = self._identity(meta)
+        secret = new_secret()
         deadline = None if limit is None else time.monotonic() + limit
         backoff = Backoff()
         while True:
             started = time.monotonic()
-            result = await self._acquire_attempt_async(holder, full_meta)
+            result = await self._acquire_attempt_async(holder, secret, full_meta)
             if result.granted:
-                return self._start(result, started)
+                return self._start(result, started, secret)
             delay = self._next_wait(result, backoff, deadline)
             if delay is None:
                 raise self._busy(result)
@@ -235,24 +243,25 @@ class LeaseLock:
             else:
                 await asyncio.sleep(delay)
 
-    async def _acquire_attempt_async(self, holder: str, meta: dict[str, Any]) -> AcquireResult:
+    async def _acquire_attempt_async(self, holder: str, secret: str,
+                                     meta: dict[str, Any]) -> AcquireResult:
         attempt = asyncio.ensure_future(
-            asyncio.to_thread(self.store.acquire, self.key, holder, self.ttl, meta)
+            asyncio.to_thread(self.store.acquire, self.key, holder, secret, self.ttl, meta)
         )
         try:
             return await asyncio.shield(attempt)
         except asyncio.CancelledError:
             # Cancelled while the store may be granting: give back what we got.
-            attempt.add_done_callback(self._release_orphan)
+            attempt.add_done_callback(functools.partial(self._release_orphan, secret))
             raise
 
-    def _release_orphan(self, attempt: asyncio.Future[AcquireResult]) -> None:
+    def _release_orphan(self, secret: str, attempt: asyncio.Future[AcquireResult]) -> None:
         if attempt.cancelled() or attempt.exception() is not None:
             return
         record = attempt.result().record
         if attempt.result().granted and record is not None and record.holder is not None:
             try:
-                self.store.release(record.key, record.holder, record.token)
+                self.store.release(record.key, secret, record.token)
             except Exception:
                 log.warning("could not release orphaned lease %s; it expires after its ttl",
                             record.key, exc_info=True)
@@ -303,9 +312,8 @@ class LeaseLock:
     def _identity(self, meta: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
         full = default_meta()
         full.update(self.meta)
-        if meta:
-            full.update(meta)
-        return new_holder_id(), full
+        full.update(validate_meta(meta))
+        return new_holder_id(), validate_meta(full)
 
     def _next_wait(
         self, result: AcquireResult, backoff: Backoff, deadline: float | None
@@ -330,7 +338,7 @@ class LeaseLock:
                                    "lease_holder": busy.holder, "lease_token": busy.token})
         return busy
 
-    def _start(self, result: AcquireResult, started: float, secret: str | None = None, *,
+    def _start(self, result: AcquireResult, started: float, secret: str, *,
                register: bool = True) -> Lease:
         assert result.record is not None
         lease = Lease(result.record, ttl=self.ttl, margin=self.margin, attempt_started=started,

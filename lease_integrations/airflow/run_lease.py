@@ -1,0 +1,119 @@
+"""What every task of a DAG run knows about the run's lease, and its secret.
+
+The acquire task pushes the lease to XCom (key, token, ttl, store, and a
+random ``nonce``); the keeper's trigger, the work tasks and the release task
+read it back and *adopt* that lease through the core (``LeaseLock.adopt``).
+
+XCom is shown to everyone who may view the DAG in the UI, so the owner
+secret never goes there. Each process derives it instead:
+``HMAC-SHA256(run secret key, key | dag_id | run_id | nonce)``, where the run
+secret key is ``[lease_integrations] run_secret_key`` or, when unset,
+Airflow's own ``[core] fernet_key`` (the triggerer already needs that one to
+decrypt trigger arguments). A UI viewer sees the nonce but not the key; a
+contender sees neither. A worker or triggerer without the key fails loudly
+(the store refuses the renewal), it never runs unprotected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from lease_integrations import ConfigurationError, LeaseLock, LeaseStore, connect
+from lease_integrations.core import AcquireResult, mask_url, resolve_url
+
+from .connections import resolve_store_url
+
+XCOM_KEY = "dag_run_lease"
+#: Where the guard puts the run's lease in a work task's context.
+CONTEXT_KEY = "dag_run_lease"
+DEFAULT_TASK_PREFIX = "dag_run_lease"
+SECRET_OPTION = ("lease_integrations", "run_secret_key")
+
+
+@dataclass(frozen=True)
+class DagRunLease:
+    """The run's lease as its tasks see it. ``token`` is what fenced writes carry."""
+
+    key: str
+    token: int
+    ttl: float
+    heartbeat: float
+    conn_id: str
+    dag_id: str
+    run_id: str
+    #: Random per acquisition, public: one input of the derived secret.
+    nonce: str
+    #: The store URL the acquire task used, when it carries no password (else
+    #: None, and each process resolves ``conn_id`` itself). Pins every task of
+    #: the run to the very store the lease was taken in.
+    store_url: str | None = None
+
+    def to_xcom(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_xcom(cls, value: Mapping[str, Any]) -> DagRunLease:
+        return cls(key=str(value["key"]), token=int(value["token"]), ttl=float(value["ttl"]),
+                   heartbeat=float(value["heartbeat"]), conn_id=str(value["conn_id"]),
+                   dag_id=str(value["dag_id"]), run_id=str(value["run_id"]),
+                   nonce=str(value["nonce"]), store_url=value.get("store_url"))
+
+    def connect(self) -> LeaseStore:
+        """The run's store, as the acquire task reached it."""
+        return connect(self.store_url or resolve_store_url(self.conn_id))
+
+    def lock(self, store: LeaseStore) -> LeaseLock:
+        return LeaseLock(store, self.key, ttl=self.ttl, heartbeat=self.heartbeat)
+
+    def secret(self) -> str:
+        """The owner secret, derived here (never stored in XCom)."""
+        return run_secret(self.key, self.dag_id, self.run_id, self.nonce)
+
+
+def run_secret(key: str, dag_id: str, run_id: str, nonce: str) -> str:
+    message = "\0".join(("dag-run-lease", key, dag_id, run_id, nonce)).encode()
+    return hmac.new(_secret_key(), message, hashlib.sha256).hexdigest()[:32]
+
+
+def _secret_key() -> bytes:
+    from airflow.sdk import conf
+
+    for section, option in (SECRET_OPTION, ("core", "fernet_key")):
+        value = conf.get(section, option, fallback=None)
+        if value:
+            return str(value).encode()
+    raise ConfigurationError(
+        "the DAG-run lease needs a secret key shared by workers and the triggerer: set "
+        "[lease_integrations] run_secret_key (AIRFLOW__LEASE_INTEGRATIONS__RUN_SECRET_KEY) "
+        "or [core] fernet_key")
+
+
+def acquire_for_run(store: LeaseStore, key: str, holder: str, secret: str, ttl: float,
+                    meta: Mapping[str, Any]) -> AcquireResult:
+    """One acquire attempt as the run's holder, with the derived secret."""
+    return store.acquire(key, holder, secret, ttl, meta)
+
+
+def shareable_url(url: str | None) -> str | None:
+    """``url`` (None: the default store) as a full URL, or None if it holds a
+    password (which must not be copied into XCom or trigger arguments)."""
+    resolved = resolve_url(url)
+    return resolved if mask_url(resolved) == resolved else None
+
+
+def dag_run_lease_of(context: Mapping[str, Any],
+                     acquire_task_id: str = f"{DEFAULT_TASK_PREFIX}_acquire") -> DagRunLease | None:
+    """The run's lease, from any task of the run (None if the run took none).
+
+    Tasks inside ``dag_run_lease(...)`` already find it in their context; other
+    tasks pull it from the acquire task's XCom (name that task if the lease was
+    declared with another ``task_prefix`` or inside a task group)."""
+    found = context.get(CONTEXT_KEY)
+    if isinstance(found, DagRunLease):
+        return found
+    value = context["ti"].xcom_pull(task_ids=acquire_task_id, key=XCOM_KEY)
+    return DagRunLease.from_xcom(value) if value else None
