@@ -211,8 +211,15 @@ def deliver(block: Block) -> None:
     if block.task is not None and asyncio.current_task(block.loop) is not block.task:
         block.cancelled = True
         block.task.cancel(f"lease {block.lease.key!r} lost")
+        if block.loop is not None:  # wake a select() the signal cut short (it is retried)
+            with contextlib.suppress(RuntimeError):
+                block.loop.call_soon_threadsafe(_nothing)
         return
     raise block.error()
+
+
+def _nothing() -> None:
+    pass
 
 
 def fire(block: Block) -> None:

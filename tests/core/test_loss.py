@@ -143,12 +143,21 @@ def test_4_sync_hold_in_a_coroutine_hits_only_its_own_task(
         stop.set()
         return await other
 
+    async def alone() -> list[str]:  # no other task: the loop sits in select()
+        slept = []
+        with pytest.raises(LeaseLost), lock.hold():
+            breaker.force_release(key, by="test")
+            await asyncio.sleep(20)
+            slept.append("the sleep was not cut short")
+        return slept
+
     async def notebook_cell() -> None:  # plain sync code while a loop runs
         with pytest.raises(LeaseLost), lock.hold():
             breaker.force_release(key, by="test")
             threading.Event().wait(30)
 
     assert run_on(where, lambda: asyncio.run(main())) > 0
+    assert run_on(where, lambda: asyncio.run(alone())) == []
     if where == "main":
         asyncio.run(notebook_cell())
 
