@@ -35,7 +35,7 @@ tasks that already exist. Both add three tasks (ids from ``task_prefix``):
 Each guarded task adopts the run's lease for its ``execute``
 (``LeaseLock.hold_adopted``): it does not start unless the store still has
 it (``LeaseLost``: the run's later tasks never start), renews it while it
-runs, and is interrupted with ``LeaseLost`` at the lease's trust deadline,
+runs, and is interrupted (``LeaseInterrupted``) at the lease's trust deadline,
 before the store can give the key to another run. The lease is in its
 context as ``context["lease"]`` (``key``, ``token``, ``check()``) and
 ``context["dag_run_lease"]``; any task of the run can also call

@@ -64,7 +64,7 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
         None waits as long as it takes.
     :param deferrable: with ``wait``: free the worker slot while waiting (the
         triggerer polls the store every ``poll_interval`` seconds).
-    :param on_lost: ``interrupt`` (``LeaseLost`` is raised inside the callable)
+    :param on_lost: ``interrupt`` (``LeaseInterrupted`` lands inside the callable)
         or ``check`` (raised at the callable's next ``lease.check()``); either
         way a try that lost its lease fails.
 

@@ -88,6 +88,10 @@ class Heartbeat:
         with self._cond:
             return len(self._entries)
 
+    def __contains__(self, lease: object) -> bool:
+        with self._cond:
+            return id(lease) in self._entries
+
     # -- scheduler ------------------------------------------------------------
     def _push(self, when: float, kind: str, entry: _Entry) -> None:
         heapq.heappush(self._heap, (when, next(self._seq), kind, entry))
@@ -118,7 +122,7 @@ class Heartbeat:
                     self._check_deadline(entry)
                 else:
                     self._start_renewal(entry)
-            except Exception:  # never stop serving the other leases
+            except BaseException:  # never stop serving the other leases
                 self._failed(entry, kind)
 
     def _failed(self, entry: _Entry, kind: str) -> None:
@@ -155,7 +159,7 @@ class Heartbeat:
     def _renew(self, entry: _Entry) -> None:
         try:
             self._renew_once(entry)
-        except Exception:
+        except BaseException:
             self._failed(entry, "renew")
 
     def _renew_once(self, entry: _Entry) -> None:

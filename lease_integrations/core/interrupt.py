@@ -102,7 +102,7 @@ class Block:
         # An async exception is raised by type: one subclass per block, so the
         # hold knows its own interrupt from another block's.
         self.error: type[LeaseInterrupted] = type(
-            "LeaseInterrupted", (LeaseInterrupted,), {"lease": lease})
+            "LeaseInterrupted", (LeaseInterrupted,), {"lease": lease, "block": self})
 
 
 def guarded(func: F) -> F:
@@ -145,6 +145,15 @@ def shield_down() -> Block | None:
 
 
 @guarded
+def depth(restore: int | None = None) -> int:
+    """This thread's shield depth; with ``restore``, set it back first."""
+    if restore is not None:
+        _state().shield = restore
+    state = _threads.get(threading.get_ident())
+    return state.shield if state is not None else 0
+
+
+@guarded
 def lower() -> None:
     """``shield_down`` and deliver what waited (when nothing is held)."""
     pending = shield_down()
@@ -165,11 +174,13 @@ def _deliverable(state: _Thread) -> Block | None:
 def arm(lease: Lease, *, stacked: bool = True) -> Block:
     """Arm a block for ``lease`` on the calling thread (a sync hold, inside a
     shield) or, with ``stacked=False``, for the calling task (``hold_async``)."""
+    global _previous_handler, _previous_unraisable
     block = Block(lease)
     block.stacked = stacked
+    if sys.unraisablehook is not _unraisable:
+        _previous_unraisable, sys.unraisablehook = sys.unraisablehook, _unraisable
     if stacked:
         if block.thread == _MAIN and _signal is not None and signal.getsignal(_signal) is not _handler:
-            global _previous_handler
             _previous_handler = signal.signal(_signal, _handler)
         _state().stack.append(block)
     lease.on_lost(lambda _lease: fire(block))
@@ -178,15 +189,16 @@ def arm(lease: Lease, *, stacked: bool = True) -> Block:
 
 @guarded
 def disarm(block: Block) -> list[Block]:
-    """Disarm ``block`` (inside a shield). Returns the blocks above it on its
-    thread's stack, also disarmed: holds whose exit an exception cut short,
-    which the caller still has to release."""
+    """Disarm ``block`` (inside a shield). Returns the blocks of the same task
+    above it on its thread's stack, also disarmed: holds whose exit an
+    exception cut short, which the caller still has to release."""
     block.armed = False
     state = _threads.get(block.thread)
     if state is None or block not in state.stack:
         return []
-    above = state.stack[state.stack.index(block) + 1:]
-    del state.stack[state.stack.index(block):]
+    index = state.stack.index(block)
+    above = [inner for inner in state.stack[index + 1:] if inner.task is block.task]
+    state.stack[index:] = [inner for inner in state.stack[index + 1:] if inner not in above]
     for inner in above:
         inner.armed = False
     return above
@@ -199,16 +211,26 @@ def deliver(block: Block) -> None:
     if block.task is not None and asyncio.current_task(block.loop) is not block.task:
         block.cancelled = True
         block.task.cancel(f"lease {block.lease.key!r} lost")
+        if block.loop is not None:  # wake a select() the signal cut short (it is retried)
+            with contextlib.suppress(RuntimeError):
+                block.loop.call_soon_threadsafe(_nothing)
         return
     raise block.error()
 
 
+def _nothing() -> None:
+    pass
+
+
 def fire(block: Block) -> None:
     """The lease of ``block`` is lost: deliver it on its thread (from any thread)."""
-    global _sent
     block.pending = True
-    if threading.get_ident() == block.thread:
-        return  # found by the block's own thread (lease.check); its exit raises
+    if threading.get_ident() != block.thread:  # else lease.check() found it: the exit raises
+        _send(block)
+
+
+def _send(block: Block) -> None:
+    global _sent
     if block.stacked and block.thread == _MAIN and _signal is not None:
         with _send_lock:
             _sent += 1
@@ -235,6 +257,20 @@ def _set_async(block: Block) -> bool:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(
             ctypes.c_ulong(block.thread), ctypes.py_object(block.error))
         return True
+
+
+def _unraisable(info: Any) -> None:
+    """An interrupt that landed where Python ignores exceptions (``__del__``, a
+    weakref callback): deliver it again, it will land at the next bytecode."""
+    block = getattr(type(info.exc_value), "block", None)
+    if isinstance(block, Block) and block.armed:
+        block.delivered = False
+        _send(block)
+    else:
+        _previous_unraisable(info)
+
+
+_previous_unraisable = sys.unraisablehook
 
 
 def _deliver_from_loop(block: Block) -> None:

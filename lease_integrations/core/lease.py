@@ -123,7 +123,10 @@ class Lease:
             if self.lost.is_set() or self.released:
                 return False
             self.lost_reason = reason
-            metrics.lost(self.key)  # before the flag: whoever sees it lost sees it counted
+            try:  # before the flag: whoever sees it lost sees it counted
+                metrics.lost(self.key)
+            except Exception:  # a broken meter must not hide the loss
+                log.exception("recording the loss of lease %s failed", self.key)
             self.lost.set()
             callbacks, self._callbacks = self._callbacks, []
         log.warning(

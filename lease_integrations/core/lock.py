@@ -129,8 +129,8 @@ class LeaseLock:
                 interrupt.shield_up()
             try:
                 result = self.store.acquire(self.key, holder, secret, self.ttl, full_meta)
-                if result.granted:
-                    return self._start(result, started, secret)
+                if result.granted:  # registered on the heartbeat by the hold
+                    return self._start(result, started, secret, register=not shield)
             except BaseException:
                 if shield:
                     interrupt.lower()
@@ -187,7 +187,8 @@ class LeaseLock:
                 self.key, secret, token, self.ttl) else None
             if record is None or record.token != token or record.holder is None:
                 raise LeaseLost(self.key, token, "the store refused to renew the lease to adopt")
-            return self._start(AcquireResult(True, record), started, secret=secret)
+            return self._start(AcquireResult(True, record), started, secret=secret,
+                               register=not shield)
         except BaseException:
             if shield:
                 interrupt.lower()
@@ -337,17 +338,19 @@ class LeaseLock:
                                    "lease_holder": busy.holder, "lease_token": busy.token})
         return busy
 
-    def _start(self, result: AcquireResult, started: float, secret: str) -> Lease:
+    def _start(self, result: AcquireResult, started: float, secret: str, *,
+               register: bool = True) -> Lease:
         assert result.record is not None
         lease = Lease(result.record, ttl=self.ttl, margin=self.margin, attempt_started=started,
                       secret=secret)
-        get_heartbeat().add(lease, self.store, self.heartbeat)
         metrics.acquired(lease, time.monotonic() - started)
         log.info(
             "acquired lease %s (token %s) as %s", lease.key, lease.token, lease.holder,
             extra={"lease_event": "acquire", "lease_key": lease.key,
                    "lease_token": lease.token, "lease_holder": lease.holder},
         )
+        if register:
+            get_heartbeat().add(lease, self.store, self.heartbeat)
         return lease
 
 
@@ -369,17 +372,20 @@ class Hold:
 
     @interrupt.guarded
     def __enter__(self) -> Lease:
+        depth = interrupt.depth()
         self.lease = lease = self._take()  # granted with this thread's shield up
-        if self.lock.on_lost == "interrupt":
-            self.block = interrupt.arm(lease)
-            self.block.abandon = lambda: self.lock._end(lease, self._release)
-        pending = interrupt.shield_down()
-        if pending is not None:  # lost meanwhile (ours or an outer block's)
-            try:
+        try:  # whatever lands from here on (a KeyboardInterrupt), __exit__ cleans up
+            get_heartbeat().add(lease, self.lock.store, self.lock.heartbeat)
+            if self.lock.on_lost == "interrupt":
+                self.block = interrupt.arm(lease)
+                self.block.abandon = lambda: self.lock._end(lease, self._release)
+            pending = interrupt.shield_down()
+            if pending is not None:  # lost meanwhile (ours or an outer block's)
                 interrupt.deliver(pending)  # as if at the block's first bytecode
-            except BaseException as exc:
-                self.__exit__(type(exc), exc, exc.__traceback__)  # LeaseLost if ours
-                raise
+        except BaseException as exc:
+            interrupt.depth(depth)  # the shield as before, whether lowered or not
+            self.__exit__(type(exc), exc, exc.__traceback__)  # LeaseLost if ours
+            raise
         return lease
 
     @interrupt.guarded

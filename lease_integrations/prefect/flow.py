@@ -11,14 +11,14 @@ Inside the run, a busy lease ends the run as Prefect states do: ``skip``
 returns a ``Cancelled`` state naming the holder (like Prefect's CANCEL_NEW),
 ``fail`` raises ``LeaseBusy`` (the run is Failed with the holder in the
 message), ``wait`` waits (``wait_timeout`` seconds, or for ever) and then
-fails. A lost lease raises ``LeaseLost`` in the body (sync flows: in the
+fails. A lost lease interrupts the body (``LeaseInterrupted``; sync flows: in the
 thread running it; async flows: the task is cancelled), so the run ends
 Failed, never Completed.
 
 Prefect 3 runs a sync flow in the thread that calls it: the main thread for
 deployed runs (the runner and workers start a fresh process per run), where
 the interrupt is a signal that also cuts a blocking ``sleep`` or socket read
-short. A flow called from another thread gets ``LeaseLost`` at its next
+short. A flow called from another thread is interrupted at its next
 bytecode instead: a body stuck in one long C call sees it when the call
 returns. Tasks the body submitted to a task runner are not interrupted; their
 writes are kept safe by the fencing token (``current_lease().token``).

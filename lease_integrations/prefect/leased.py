@@ -8,7 +8,7 @@ one step must be exclusive (the rest may overlap freely).
 
 Works with ``async with`` too. A busy lease raises ``LeaseBusy`` (naming the
 holder) after ``wait`` seconds, so the task fails or retries under Prefect's
-own task retry settings; a lost lease raises ``LeaseLost`` in the block.
+own task retry settings; a lost lease interrupts the block (``LeaseLost``).
 Inside the block ``current_lease()`` returns this lease.
 """
 

@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from prefect import flow
 from prefect.context import FlowRunContext
 
-from lease_integrations.prefect import current_lease, leased_flow
+from lease_integrations.prefect import current_lease, leased, leased_flow
 
 TTL = 5.0  # heartbeats every 1.7 s: room to keep up on a loaded 2-core machine
 #: Upper bound for any wait on the test's go-ahead: a lost test fails, never hangs.
@@ -126,6 +127,31 @@ def long_sync() -> int:
 @leased_flow(key="long-async", ttl=TTL, on_busy="fail")
 async def long_async() -> int:
     return await abody()
+
+
+def swallowing_body() -> int:
+    """Job code that handles errors per item: ``except Exception`` must not
+    swallow the lost lease."""
+    run = enter()
+    deadline = time.monotonic() + BOUND
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(0.05)
+        except Exception:
+            (coord_dir() / f"swallowed-{run}").write_text("")
+    leave(run)
+    return 0
+
+
+@leased_flow(key="swallow-flow", ttl=TTL, on_busy="fail")
+def swallowing_flow() -> int:
+    return swallowing_body()
+
+
+@flow
+def swallowing_leased_block() -> int:
+    with leased("swallow-block", ttl=TTL):
+        return swallowing_body()
 
 
 @leased_flow(key="long-sync", ttl=TTL, on_busy="wait", wait_timeout=BOUND)

@@ -95,3 +95,15 @@ def test_loss_in_a_child_process_fails_the_run_on_the_server(
     with get_client(sync_client=True) as client:
         run = client.read_flow_run(result["flow_run_id"])
     assert run.state is not None and run.state.is_failed()
+
+
+@pytest.mark.usefixtures("prefect_api")
+@pytest.mark.parametrize(("flow", "key"), [(ff.swallowing_flow, "swallow-flow"),
+                                           (ff.swallowing_leased_block, "swallow-block")])
+def test_except_exception_in_the_body_cannot_swallow_the_loss(
+        coord: Path, lease_url: str, flow: Any, key: str) -> None:
+    breaker = _break_when_entered(coord, lease_url, key)
+    state = flow(return_state=True)
+    breaker.join(10)
+    _assert_failed_by_loss(state, coord)
+    assert not list(coord.glob("swallowed-*")), "except Exception caught the loss"

@@ -48,7 +48,10 @@ def _work(context: Any) -> None:
         while not (RECORD / gate).exists():
             if time.monotonic() > deadline:
                 raise TimeoutError(f"gate {gate} never opened")
-            time.sleep(0.1)
+            try:  # job code that handles errors per step must not swallow a lost lease
+                time.sleep(0.1)
+            except Exception as exc:
+                _record(context, f"swallowed {exc!r}")
     _record(context, "end")
 
 

@@ -74,6 +74,19 @@ def check_until_lost(**context: Any) -> None:
     record("survived", context)
 
 
+def swallow_until_lost(**context: Any) -> None:
+    """Job code that handles errors per item: ``except Exception`` must not
+    swallow the lost lease."""
+    record("start", context)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(0.1)
+        except Exception as exc:
+            record("swallowed", context, error=repr(exc))
+    record("survived", context)
+
+
 def fail(**context: Any) -> None:
     record("start", context)
     raise ValueError("the callable failed on purpose")
@@ -137,6 +150,16 @@ leased(lt_loss, python_callable=sleep_until_lost, lease_ttl=3)
 
 lt_loss_check = make_dag("lt_loss_check")
 leased(lt_loss_check, python_callable=check_until_lost, lease_ttl=3, on_lost="check")
+
+lt_swallow = make_dag("lt_swallow")
+leased(lt_swallow, python_callable=swallow_until_lost, lease_ttl=3)
+
+with make_dag("lt_swallow_decorated") as lt_swallow_decorated:
+    @task.leased(lease_ttl=3)
+    def job(ti: Any = None, **context: Any) -> None:
+        swallow_until_lost(ti=ti, **context)
+
+    job()
 
 lt_sigterm = make_dag("lt_sigterm")
 leased(lt_sigterm, op_kwargs={"gate": "never"}, lease_ttl=60)
