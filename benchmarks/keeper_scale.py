@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import secrets
@@ -23,7 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -64,10 +65,8 @@ def grant(store: LeaseStore, key: str, url: str) -> DagRunLease:
 def release(store: LeaseStore, info: DagRunLease) -> None:
     """What the run's teardown does; a lease already lost is counted by its keeper."""
     lock = info.lock(store)
-    try:
+    with suppress(LeaseLost):
         lock.release(lock.adopt(info.token, info.secret()))
-    except LeaseLost:
-        pass
 
 
 async def one_round(url: str, count: int, seconds: float) -> dict[str, Any]:
@@ -100,7 +99,7 @@ async def one_round(url: str, count: int, seconds: float) -> dict[str, Any]:
     late = []
     for times in stamps.values():
         ordered = sorted(times)
-        late += [(b - a).total_seconds() - HEARTBEAT for a, b in zip(ordered, ordered[1:])]
+        late += [(b - a).total_seconds() - HEARTBEAT for a, b in itertools.pairwise(ordered)]
     lost = sum(1 for o in outcomes if o != "released") + early
     quantiles = statistics.quantiles(late, n=100) if len(late) >= 2 else [float("nan")] * 99
     return {"keepers": count, "renewals": len(late), "p50_ms": quantiles[49] * 1e3,

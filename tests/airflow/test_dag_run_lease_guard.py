@@ -45,8 +45,9 @@ def test_task_is_interrupted_before_another_run_gets_the_key(airflow_home: Path,
               f"runpy.run_path({str(DAGS)!r})['guard_late'].test()\n")
     env = {**os.environ, "LEASE_STORE_URL": f"sqlite://{db}?timeout=0.2",
            "RUN_LEASE_RECORD_DIR": str(records), "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS.parent)}
-    run = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=str(airflow_home),
-                           stdout=open(tmp_path / "run.log", "wb"), stderr=subprocess.STDOUT)
+    with open(tmp_path / "run.log", "wb") as out:
+        run = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=str(airflow_home),
+                               stdout=out, stderr=subprocess.STDOUT)
     blocker = sqlite3.connect(db, isolation_level=None)
     try:
         poll(lambda: _events(records, "start"), "the guarded task to start", 180)
