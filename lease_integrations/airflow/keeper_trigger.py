@@ -1,27 +1,14 @@
 """The keeper's trigger: keeps a DAG run's lease from the triggerer.
 
-A run whose tasks sit an hour in a queue must keep its lease, but a task that
-only renews would pin a worker slot all that time. The trigger *adopts* the
-lease (``LeaseLock.adopt``), so the core heartbeat renews it: one scheduler
-thread and its own small renewal pool serve every keeper in the triggerer,
-and the trust window and loss rules are the core's. The trigger itself only
-waits on the loss flag and looks at its run now and then, so hundreds of
-keepers cost hundreds of idle coroutines.
-
-Its other store calls (adopt, the final release, the history) and the run
-state look-ups run on this module's own bounded pool, never on the event
-loop's default executor, and nothing here blocks in a store wait. Keepers of
-one store share one client (one connection pool), not one each.
-
-It ends the keeper task itself (``TaskSuccessEvent``/``TaskFailedEvent``):
-
-- success when the run gave the lease back (the teardown released it), or
-  when the run is over (the DAG run is no longer running, or every other task
-  of the run has finished): then the keeper releases the lease itself if it
-  still holds it, so a teardown that never ran or whose release failed never
-  leaves the lease held after its run;
-- failure when the lease is lost (a refused renewal, a break, the store
-  unreachable past the trust window), and with it the run.
+It adopts the lease (``LeaseLock.adopt``), so the core heartbeat renews it
+(one scheduler and renewal pool per process, shared by every keeper) under
+the core's trust window and loss rules; the trigger only waits on the loss
+flag and reads its run's state now and then. Its own store and API calls run
+on this module's bounded pool, never on the loop's default executor, and
+keepers of one store share one client. It ends the keeper task itself:
+success once the run gave the lease back or is over (then it releases the
+lease itself if the run still holds it), failure once the lease is lost. See
+``docs/airflow/dag-run-lease.md``.
 """
 
 from __future__ import annotations

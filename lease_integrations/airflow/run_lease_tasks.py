@@ -1,11 +1,6 @@
 """The three tasks behind ``dag_run_lease``: acquire (setup), keep (deferred
-to the triggerer) and release (teardown).
-
-The lease outlives each of these processes: the acquire task exits holding
-it, the keeper's trigger renews it in another process, and the teardown gives
-it back in a third. Every process after the first *adopts* the lease through
-the core (``LeaseLock.adopt``), so the core's heartbeat, trust window and loss
-rules are the only ones.
+to the triggerer) and release (teardown). The lease outlives each of their
+processes, so every process after the first adopts it through the core.
 """
 
 from __future__ import annotations
@@ -30,6 +25,7 @@ from .run_lease import (
     DagRunLease,
     acquire_for_run,
     dag_run_lease_of,
+    leave_leftover_holds,
     run_secret,
     shareable_url,
 )
@@ -163,8 +159,6 @@ class ReleaseDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
         self.acquire_task_id = acquire_task_id
 
     def execute(self, context: Any) -> None:
-        from .dag_run_lease import leave_leftover_holds
-
         leave_leftover_holds()
         info = dag_run_lease_of(context, self.acquire_task_id)
         if info is None:

@@ -146,3 +146,15 @@ with DAG(dag_id="rl_guard_late", schedule=None, start_date=datetime(2026, 1, 1),
             _record(context, "end")
 
         hold()
+
+# Every task in a pool of one slot: the keeper must start before the work.
+with DAG(dag_id="rl_pool_one", schedule=None, start_date=datetime(2026, 1, 1),
+         default_args={"retries": 0, "pool": "rl_one"}):
+    with dag_run_lease(lease_key="rl-pool-one", lease_ttl=TTL, on_busy="fail"):
+        _three_tasks()
+
+# A run whose teardown never runs (the test marks it success beforehand).
+with DAG(dag_id="rl_no_teardown", schedule=None, start_date=datetime(2026, 1, 1),
+         default_args={"retries": 0}):
+    with dag_run_lease(lease_key="rl-no-teardown", lease_ttl=TTL, on_busy="fail"):
+        _three_tasks()
