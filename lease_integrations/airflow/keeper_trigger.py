@@ -26,7 +26,7 @@ from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent
 from lease_integrations import Lease, LeaseLost, LeaseStore, connect
 
 from .connections import resolve_store_url_async
-from .run_lease import DagRunLease
+from .run_lease import DagRunLease, release_run_lease
 
 T = TypeVar("T")
 
@@ -72,7 +72,7 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
 
     ``lease`` is the run's XCom value (no secret: the triggerer derives it);
     ``check_interval`` how often the run's state is read (default: the
-    heartbeat, at most 5 s)."""
+    heartbeat but at least 5 s, and at most ttl/2)."""
 
     def __init__(self, lease: dict[str, Any], keeper_task_id: str,
                  check_interval: float | None = None) -> None:
@@ -107,18 +107,8 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
         """A user ended the keeper's task (marked the run failed or succeeded,
         cleared it): give the lease back if the run is over, else leave it."""
         info = DagRunLease.from_xcom(self.lease)
-        if await _call(self._run_is_over, info) is not True:
-            return
-        url = info.store_url or await resolve_store_url_async(info.conn_id)
-        store = await _call(_open_store, url)
-        try:
-            lock = info.lock(store)
-            lease = await _call(lock.adopt, info.token, info.secret())
-            await _call(lock.release, lease)
-        except LeaseLost:
-            pass
-        finally:
-            await _call(_close_store, url)
+        if await _call(self._run_is_over, info):
+            self.log.info(await _call(release_run_lease, info))
 
     async def _keep(self, info: DagRunLease, store: LeaseStore) -> tuple[str, str]:
         lock = info.lock(store)
@@ -143,7 +133,9 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
         lease.on_lost(wake)
         self.log.info("keeping run lease %s (token %s) every %.1f s", info.key, info.token,
                       lock.heartbeat)
-        interval = self.check_interval or min(lock.heartbeat, 5.0)
+        # Each look costs the API server a request: no more often than every 5 s
+        # (or the heartbeat), yet at least twice per ttl.
+        interval = self.check_interval or min(max(lock.heartbeat, 5.0), lock.ttl / 2)
         try:
             while not lost.is_set():
                 try:
@@ -151,8 +143,11 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
                     break
                 except asyncio.TimeoutError:
                     pass
-                if await _call(self._run_is_over, info):
+                over = await _call(self._run_is_over, info)
+                if over:
                     return await _call(_end_of_run, lock, lease, store, info)
+                if over is None:  # no supervisor to ask (not in a triggerer): stop asking
+                    interval = lock.ttl
         finally:
             lock.forget(lease)  # stop renewing, never release here: that is decided above
         return await self._after_loss(store, info, lease.lost_reason or "")
@@ -181,8 +176,11 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
             if str(getattr(state, "value", state)) not in ("running", "queued"):
                 return True
             states = RuntimeTaskInstance.get_task_states(info.dag_id, run_ids=[info.run_id])
-        except Exception:
+        except (ImportError, NameError):  # no Task SDK supervisor in this process
             return None
+        except Exception as exc:  # the API server blipped: ask again next time
+            self.log.warning("could not read the state of run %s: %r", info.run_id, exc)
+            return False
         tasks = dict(states.get(info.run_id, {}))
         tasks.pop(self.keeper_task_id, None)
         return bool(tasks) and all(str(s) in FINISHED for s in tasks.values())

@@ -101,6 +101,21 @@ def acquire_for_run(store: LeaseStore, key: str, holder: str, secret: str, ttl: 
     return store.acquire(key, secret, ttl, meta)
 
 
+def release_run_lease(info: DagRunLease) -> str:
+    """Give the run's lease back iff the store still has the run's token (the
+    teardown, and the keeper once the run is over); says what happened."""
+    with info.connect() as store:
+        lock = info.lock(store)
+        try:
+            lease = lock.adopt(info.token, info.secret())
+        except LeaseLost as lost:
+            return (f"run lease {info.key} (token {info.token}) was no longer this run's "
+                    f"({lost.reason}); left untouched")
+        released = lock.release(lease)
+    return (f"released run lease {info.key} (token {info.token})"
+            + ("" if released else ": the store no longer had it"))
+
+
 #: Holds a failed ``execute`` left open (its post_execute never ran): closed
 #: before the next guarded task or the teardown in the same process (dag.test()).
 open_holds: list[ExitStack] = []

@@ -26,6 +26,7 @@ from .run_lease import (
     acquire_for_run,
     dag_run_lease_of,
     leave_leftover_holds,
+    release_run_lease,
     run_secret,
     shareable_url,
 )
@@ -167,26 +168,10 @@ class ReleaseDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
         deadline = time.monotonic() + info.ttl
         while True:
             try:
-                self._release(info)
+                self.log.info(release_run_lease(info))
                 return
             except LeaseError as exc:  # StoreUnavailable and friends: the store blipped
                 if time.monotonic() >= deadline:
                     raise
                 self.log.warning("releasing run lease %s failed (%s); retrying", info.key, exc)
                 time.sleep(min(1.0, info.heartbeat / 4))
-
-    def _release(self, info: DagRunLease) -> None:
-        store = info.connect()
-        try:
-            lock = info.lock(store)
-            try:
-                lease = lock.adopt(info.token, info.secret())
-            except LeaseLost as lost:
-                self.log.warning("run lease %s (token %s) was no longer this run's (%s); left "
-                                 "untouched", info.key, info.token, lost)
-                return
-            released = lock.release(lease)
-        finally:
-            store.close()
-        self.log.info("released run lease %s (token %s)%s", info.key, info.token,
-                      "" if released else ": the store no longer had it")
