@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="lease-bench-airflow-"))
 os.environ.setdefault("AIRFLOW__LEASE_INTEGRATIONS__RUN_SECRET_KEY", secrets.token_hex(16))
+os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "ERROR")  # per-lease lines drown the table
 
 from benchmarks import local_servers  # noqa: E402
 from benchmarks.tables import table  # noqa: E402
@@ -45,20 +46,19 @@ from lease_integrations.airflow.run_lease import (  # noqa: E402
     run_secret,
 )
 
-TTL = 3.0
-HEARTBEAT = 1.0
+TTL = 3.0  # --ttl; the heartbeat is ttl/3, as by default
 
 
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def grant(store: LeaseStore, key: str, url: str) -> DagRunLease:
+def grant(store: LeaseStore, key: str, url: str, ttl: float) -> DagRunLease:
     nonce = secrets.token_hex(8)
     result = acquire_for_run(store, key, f"dagrun:bench:{key}", run_secret(key, "bench", key, nonce),
-                             TTL, {"dag_id": "bench"})
+                             ttl, {"dag_id": "bench"})
     assert result.granted and result.record is not None
-    return DagRunLease(key=key, token=result.record.token, ttl=TTL, heartbeat=HEARTBEAT,
+    return DagRunLease(key=key, token=result.record.token, ttl=ttl, heartbeat=ttl / 3,
                        conn_id="lease_default", dag_id="bench", run_id=key, nonce=nonce,
                        store_url=url)
 
@@ -70,11 +70,11 @@ def release(store: LeaseStore, info: DagRunLease) -> None:
         lock.release(lock.adopt(info.token, info.secret()))
 
 
-async def one_round(url: str, count: int, seconds: float) -> dict[str, Any]:
+async def one_round(url: str, count: int, seconds: float, ttl: float) -> dict[str, Any]:
     prefix = f"bench-keep-{secrets.token_hex(3)}"
     store = connect(url)
     try:
-        infos = [grant(store, f"{prefix}-{i}", url) for i in range(count)]
+        infos = [grant(store, f"{prefix}-{i}", url, ttl) for i in range(count)]
         triggers = [DagRunLeaseKeeperTrigger(lease=i.to_xcom(), keeper_task_id="keeper")
                     for i in infos]
 
@@ -90,7 +90,7 @@ async def one_round(url: str, count: int, seconds: float) -> dict[str, Any]:
             for record in await asyncio.to_thread(store.list, prefix):
                 if record.renewed_at is not None and record.key in stamps:
                     stamps[record.key].add(record.renewed_at)
-            await asyncio.sleep(0.5)  # renewals are a heartbeat (1 s) apart
+            await asyncio.sleep(ttl / 6)  # renewals are a heartbeat (ttl/3) apart
         early = sum(1 for r in running if r.done())
         for info in infos:
             await asyncio.to_thread(release, store, info)
@@ -100,7 +100,7 @@ async def one_round(url: str, count: int, seconds: float) -> dict[str, Any]:
     late = []
     for times in stamps.values():
         ordered = sorted(times)
-        late += [(b - a).total_seconds() - HEARTBEAT for a, b in itertools.pairwise(ordered)]
+        late += [(b - a).total_seconds() - ttl / 3 for a, b in itertools.pairwise(ordered)]
     lost = sum(1 for o in outcomes if o != "released") + early
     quantiles = statistics.quantiles(late, n=100) if len(late) >= 2 else [float("nan")] * 99
     return {"keepers": count, "renewals": len(late), "p50_ms": quantiles[49] * 1e3,
@@ -109,15 +109,16 @@ async def one_round(url: str, count: int, seconds: float) -> dict[str, Any]:
 
 
 def main() -> int:
-    # Per-lease info lines would drown the table; losses still show (errors).
     logging.getLogger("lease_integrations").setLevel(logging.ERROR)
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="shorter rounds")
     parser.add_argument("--counts", type=int, nargs="+", default=[50, 200, 500])
     parser.add_argument("--stores", nargs="+", default=["redis", "postgres"])
+    parser.add_argument("--ttl", type=float, default=TTL,
+                        help="lease ttl in seconds (default 3: 20x the renewal rate of ttl 60)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    seconds = 2 * TTL if args.quick else 4 * TTL
+    seconds = (2 if args.quick else 4) * args.ttl
     rows, results = [], []
     with ExitStack() as stack:
         urls, errors = local_servers.start(stack, args.stores, log)
@@ -127,11 +128,12 @@ def main() -> int:
                 continue
             for count in args.counts:
                 log(f"{kind}: {count} keepers for {seconds:g} s")
-                result = {"store": kind, **asyncio.run(one_round(urls[kind], count, seconds))}
+                result = {"store": kind, **asyncio.run(one_round(urls[kind], count, seconds, args.ttl))}
                 results.append(result)
                 rows.append([kind, count, result["renewals"], result["p50_ms"], result["p99_ms"],
                              result["max_ms"], result["lost"]])
-    print(table(f"DAG-run keepers in one event loop (ttl {TTL:g} s, heartbeat {HEARTBEAT:g} s): "
+    print(table(f"DAG-run keepers in one event loop (ttl {args.ttl:g} s, heartbeat "
+                f"{args.ttl / 3:g} s): "
                 "renewal lateness vs schedule",
                 ["store", "keepers", "renewals", "p50 ms", "p99 ms", "max ms", "lost"], rows))
     if args.json:
