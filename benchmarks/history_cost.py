@@ -39,6 +39,7 @@ from lease_integrations.core.store import HISTORY_LIMIT, EventKind
 from lease_integrations.stores.sqlite import SqliteStore
 
 HOLDER = "bench:1:0123456789abcdef"
+SECRET = "bench-secret-0123456789abcdef"
 Timings = dict[str, list[float]]  # "acquire"/"release"/"cycle" -> per-round medians (µs)
 
 
@@ -57,10 +58,10 @@ def store_round(store: SqliteStore, key: str, cycles: int) -> tuple[float, float
     acquire, release = [], []
     for _ in range(cycles):
         t0 = time.perf_counter_ns()
-        result = store.acquire(key, HOLDER, 30.0, {"host": "bench", "pid": 1})
+        result = store.acquire(key, HOLDER, HOLDER, SECRET, 30.0, {"host": "bench", "pid": 1})
         t1 = time.perf_counter_ns()
         assert result.granted and result.record is not None
-        store.release(key, HOLDER, result.record.token)
+        store.release(key, SECRET, result.record.token)
         t2 = time.perf_counter_ns()
         acquire.append((t1 - t0) / 1000)
         release.append((t2 - t1) / 1000)

@@ -85,10 +85,11 @@ def lease_contenders(url: str, key: str) -> list[Contender]:
     """The raw store cycle and the ``LeaseLock`` cycle, on any store URL."""
     raw_store = connect(url)
     holder = f"bench-holder-{uuid.uuid4().hex[:8]}"
+    secret = uuid.uuid4().hex
     meta = {"host": "bench", "pid": 0}
 
     def raw_acquire() -> Any:
-        result = raw_store.acquire(f"{key}-raw", holder, TTL, meta)
+        result = raw_store.acquire(f"{key}-raw", holder, secret, TTL, meta)
         if not result.granted or result.record is None:
             raise RuntimeError("lease store: uncontended acquire refused")
         return result.record.token
@@ -101,7 +102,7 @@ def lease_contenders(url: str, key: str) -> list[Contender]:
 
     return [
         Contender("lease_integrations store calls", raw_acquire,
-                  lambda token: raw_store.release(f"{key}-raw", holder, token),
+                  lambda token: raw_store.release(f"{key}-raw", secret, token),
                   close=raw_store.close, note="store.acquire + store.release, no heartbeat"),
         Contender("lease_integrations LeaseLock", lock_acquire, lock.release,
                   close=lock_store.close, note="with heartbeat registration"),

@@ -23,6 +23,12 @@ Exit codes:
     3  store unavailable (unreachable, failing, or no SQLite file at that path)
     4  break refused: ``--yes`` was not given
     5  unexpected internal error (a bug: please report it)
+    6  the key's stored record cannot be parsed (show / history / break); what
+       can be read is still printed. ``list`` shows such keys as UNREADABLE
+       beside the others and still exits 0.
+
+Output is safe to read on a terminal: every printed field has its control
+characters escaped (``\n``, ``\x1b``), and ``--json`` is strict JSON.
 """
 
 from __future__ import annotations
@@ -33,8 +39,10 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .core.config import mask_url, parse_url, resolve_url
-from .core.errors import ConfigurationError, LeaseError, StoreUnavailable
+from .console.render import escape
+from .core.config import mask_url, resolve_url
+from .core.errors import ConfigurationError, CorruptRecord, LeaseError, StoreUnavailable
+from .core.redact import redact
 from .core.store import HISTORY_LIMIT, LeaseStore
 from .core.validation import validate_key
 
@@ -56,6 +64,8 @@ exit codes:
   3  store unavailable (or no SQLite file at that path)
   4  break refused: --yes was not given
   5  unexpected internal error
+  6  the key's record cannot be parsed (show/history/break; list shows such
+     keys as UNREADABLE and exits 0)
 """
 
 
@@ -143,7 +153,7 @@ def _version() -> str:
 def _missing_sqlite_file(url: str) -> Path | None:
     """The SQLite store creates its file on first use; the console must not,
     or a typo in --url would show an empty store instead of an error."""
-    if parse_url(url).scheme.lower() != "sqlite":
+    if url.partition("://")[0].lower() != "sqlite":  # (multi-host URLs have no single port)
         return None
     from .stores.sqlite import path_from_url
 
@@ -225,6 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigurationError as exc:
         _error(str(exc))
         return exits.USAGE
+    except CorruptRecord as exc:
+        _error(f"{exc}; repair the field or break the lease")
+        return exits.UNREADABLE
     except StoreUnavailable as exc:
         _error(f"store unavailable: {exc}")
         return exits.UNAVAILABLE
@@ -234,13 +247,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        traceback.print_exc()
+        print(redact(traceback.format_exc()), file=sys.stderr, end="")
         _error(f"unexpected error ({type(exc).__name__}): {exc}")
         return exits.INTERNAL
 
 
 def _error(message: str) -> None:
-    print(f"leasectl: {message}", file=sys.stderr)
+    """Errors go to stderr redacted (a driver's text may quote the DSN) and
+    escaped (a key or holder name may carry terminal control codes)."""
+    print(f"leasectl: {escape(redact(message))}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -79,3 +79,12 @@ ensure_servers() {
   export LEASE_TEST_PG_BIN="$pgbin"
   export LEASE_TEST_MONGO_PYTHON="$ROOT/.venv-mongo/bin/python"
 }
+
+ensure_browser() {
+  # Debian's chromium for the Airflow UI test (tests/airflow_ui), driven over
+  # the DevTools protocol: nothing is downloaded when the tests run.
+  if command -v chromium >/dev/null 2>&1; then return; fi
+  echo "==> installing chromium (Debian package)" >&2
+  local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq >/dev/null && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+}

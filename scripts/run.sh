@@ -19,7 +19,7 @@ case "$cmd" in
     exec bash scripts/bench.sh "$@"
     ;;
   setup)
-    ensure_core_env; ensure_servers; ensure_mongo_env; ensure_airflow_env; ensure_prefect_env
+    ensure_core_env; ensure_servers; ensure_browser; ensure_mongo_env; ensure_airflow_env; ensure_prefect_env
     ;;
   *)
     echo "usage: ./run demo | test | bench | setup" >&2

@@ -10,6 +10,7 @@ source scripts/envs.sh
 set -e
 ensure_core_env
 ensure_servers
+ensure_browser
 ensure_mongo_env
 ensure_airflow_env
 ensure_prefect_env
@@ -35,12 +36,13 @@ phase() {  # name, command...
 phase "ruff" .venv/bin/ruff check lease_integrations tests example_dags example_flows benchmarks
 phase "mypy" .venv/bin/mypy
 phase "core and stores" .venv/bin/pytest -q -p no:cacheprovider --durations=10 tests \
-  --ignore=tests/airflow --ignore=tests/prefect "$@"
+  --ignore=tests/airflow --ignore=tests/airflow_ui --ignore=tests/prefect "$@"
 for v in 3.10 3.12 3.13; do
   phase "core on Python $v" ".venv-py$v/bin/pytest" -q -p no:cacheprovider tests/core tests/conformance \
     -k "memory or sqlite or not store" "$@"
 done
 phase "airflow" .venv-airflow/bin/pytest -q -p no:cacheprovider --durations=10 tests/airflow "$@"
+phase "airflow ui" .venv-airflow/bin/pytest -q -p no:cacheprovider --durations=5 tests/airflow_ui "$@"
 phase "prefect" .venv-prefect/bin/pytest -q -p no:cacheprovider --durations=10 tests/prefect "$@"
 
 echo

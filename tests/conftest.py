@@ -11,9 +11,12 @@ import pytest
 
 from lease_integrations import LeaseStore, connect
 
-pytest_plugins = ["servers.redis_server", "servers.postgres_server", "servers.mongo_server"]
+pytest_plugins = ["servers.redis_server", "servers.redis_topologies", "servers.postgres_server",
+                  "servers.mongo_server"]
 
-ALL_STORES = ("memory", "sqlite", "redis", "postgres", "mongo")
+#: "redis-cluster" is three Redis masters (servers/redis_topologies.py): the
+#: conformance suite runs on it; the race test adds it in tests/race/conftest.py.
+ALL_STORES = ("memory", "sqlite", "redis", "redis-cluster", "postgres", "mongo")
 #: Stores that more than one process can share (the memory store cannot).
 SHARED_STORES = ("sqlite", "redis", "postgres", "mongo")
 
@@ -23,7 +26,7 @@ def store_url_for(request: pytest.FixtureRequest, kind: str, tmp_path: os.PathLi
         return f"memory://test-{uuid.uuid4().hex}"
     if kind == "sqlite":
         return f"sqlite://{tmp_path}/leases.db"
-    url: str = request.getfixturevalue(f"{kind}_url")
+    url: str = request.getfixturevalue(f"{kind.replace('-', '_')}_url")
     return url
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import inspect
 from collections.abc import Mapping
 from contextlib import ExitStack, suppress
 from dataclasses import asdict, dataclass
@@ -88,17 +87,10 @@ def _secret_key() -> bytes:
         "or [core] fernet_key")
 
 
-# The store protocol takes the owner secret beside the public holder name once
-# b1-tokens' change lands; until then the holder id is the secret.
-_SEPARATE_SECRET = "secret" in inspect.signature(LeaseStore.acquire).parameters
-
-
 def acquire_for_run(store: LeaseStore, key: str, holder: str, secret: str, ttl: float,
                     meta: Mapping[str, Any]) -> AcquireResult:
     """One acquire attempt as the run's holder, with the derived secret."""
-    if _SEPARATE_SECRET:
-        return store.acquire(key, holder, secret, ttl, meta)  # type: ignore[call-arg,arg-type,unused-ignore]
-    return store.acquire(key, secret, ttl, meta)
+    return store.acquire(key, holder, secret, ttl, meta)
 
 
 def release_run_lease(info: DagRunLease) -> str:

@@ -12,7 +12,7 @@ import socket
 from ..core.errors import ConfigurationError
 from ..core.store import LeaseStore
 from . import exits
-from .render import dumps, expires_phrase, meta_summary, record_json
+from .render import emit, emit_json, escape, expires_phrase, meta_summary, record_json
 
 
 def default_breaker() -> str:
@@ -28,16 +28,20 @@ def run_break(store: LeaseStore, args: argparse.Namespace) -> int:
     by = default_breaker() if args.by is None else args.by.strip()
     if not by:
         raise ConfigurationError(f"--by must name who breaks the lease, got {args.by!r}")
+    if escape(by) != by:
+        # It is stored in the history and printed to every later reader.
+        raise ConfigurationError(
+            f"--by {escape(by)!r} contains control characters; name the breaker in plain text")
     current = store.get(args.key)
     if current is None:
         raise exits.not_found(f"no lease {args.key!r} in {store.url}")
     if current.holder is None:
         if args.json:
-            print(dumps({"key": args.key, "broken": False, "by": by,
-                         "before": record_json(current)}))
+            emit_json({"key": args.key, "broken": False, "by": by,
+                       "before": record_json(current)})
         else:
-            print(f"lease {args.key!r} is not held (token {current.token} was released); "
-                  "nothing to break")
+            emit(f"lease {args.key!r} is not held (token {current.token} was released); "
+                 "nothing to break")
         return exits.OK
     about = meta_summary(current.meta)
     holder = f"{current.holder}" + (f" ({about})" if about else "")
@@ -52,13 +56,13 @@ def run_break(store: LeaseStore, args: argparse.Namespace) -> int:
     if before is None:  # deleted between our read and the break
         raise exits.not_found(f"no lease {args.key!r} in {store.url}")
     if args.json:
-        print(dumps({"key": args.key, "broken": before.holder is not None, "by": by,
-                     "before": record_json(before)}))
+        emit_json({"key": args.key, "broken": before.holder is not None, "by": by,
+                   "before": record_json(before)})
         return exits.OK
     if before.holder is None:
-        print(f"lease {args.key!r} was released meanwhile (token {before.token}); nothing broken")
+        emit(f"lease {args.key!r} was released meanwhile (token {before.token}); nothing broken")
     else:
-        print(f"broke lease {args.key!r}: token {before.token} of {before.holder} was "
+        emit(f"broke lease {args.key!r}: token {before.token} of {before.holder} was "
               f"{before.state}; recorded as broken by {by}.")
-        print("The holder's next renewal is refused and it reports the loss (lease.lost).")
+        emit("The holder's next renewal is refused and it reports the loss (lease.lost).")
     return exits.OK

@@ -9,6 +9,9 @@ USAGE = 2
 UNAVAILABLE = 3
 REFUSED = 4
 INTERNAL = 5
+#: ``show`` of a key whose stored record cannot be parsed (what can be read
+#: is still printed); ``list`` shows such keys as UNREADABLE and exits 0.
+UNREADABLE = 6
 
 
 class CommandFailed(Exception):

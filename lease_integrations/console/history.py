@@ -7,19 +7,22 @@ import argparse
 from collections.abc import Sequence
 from datetime import date, datetime, timezone
 
+from ..core.errors import CorruptRecord
 from ..core.store import LeaseEvent, LeaseStore
 from . import exits
 from .render import (
     clock,
-    dumps,
+    emit,
+    emit_json,
     event_detail,
     event_json,
     expires_phrase,
     meta_summary,
+    print_table,
     record_json,
     short_holder,
     span,
-    table,
+    unreadable_json,
 )
 
 MARKS = {"acquired": "+", "released": "-", "broken": "!", "lost": "x"}
@@ -27,31 +30,39 @@ HEADERS = ("AT (UTC)", "EVENT", "TOKEN", "HOLDER", "DETAIL")
 
 
 def run_history(store: LeaseStore, args: argparse.Namespace) -> int:
-    record = store.get(args.key)
+    unreadable: CorruptRecord | None = None
+    try:
+        record = store.get(args.key)
+    except CorruptRecord as exc:  # the events may still read: show them
+        record, unreadable = None, exc
     events = store.history(args.key, args.n)
-    if record is None and not events:
+    if record is None and unreadable is None and not events:
         raise exits.not_found(f"no lease {args.key!r} in {store.url}")
+    code = exits.OK if unreadable is None else exits.UNREADABLE
     if args.json:
-        print(dumps({"store": store.url, "key": args.key,
-                     "current": record_json(record) if record else None,
-                     "events": [event_json(e) for e in events]}))
-        return exits.OK
-    print(f"history of {args.key!r} in {store.url} (last {len(events)} event(s), oldest first)")
+        current = (unreadable_json(unreadable) if unreadable is not None
+                   else record_json(record) if record else None)
+        emit_json({"store": store.url, "key": args.key, "current": current,
+                   "events": [event_json(e) for e in events]})
+        return code
+    emit(f"history of {args.key!r} in {store.url} (last {len(events)} event(s), oldest first)")
     if events:
-        print(table(HEADERS, ([clock(e.at), e.kind, str(e.token), e.holder or "-",
-                               event_detail(e)] for e in events)))
-        print()
-        print("timeline:")
+        print_table(HEADERS, ([clock(e.at), e.kind, str(e.token), e.holder or "-",
+                                event_detail(e)] for e in events))
+        emit()
+        emit("timeline:")
         for line in timeline(events):
-            print(f"  {line}")
+            emit(f"  {line}")
     if record is not None:
         if record.holder is None:
             now = f"released (last token {record.token})"
         else:
             now = (f"{record.state}: token {record.token} by {short_holder(record.holder)}, "
                    f"{expires_phrase(record)}")
-        print(f"now: {now}")
-    return exits.OK
+        emit(f"now: {now}")
+    elif unreadable is not None:
+        emit(f"now: UNREADABLE record ({unreadable})")
+    return code
 
 
 def timeline(events: Sequence[LeaseEvent]) -> list[str]:

@@ -3,12 +3,20 @@
 Durations are computed on the store's clock (``observed_at``), never the
 reader's: the operator's laptop may be minutes off from the store, and only
 the store decides when a lease expires.
+
+Every field comes from whoever wrote the record (holder names, meta, the
+breaker's ``--by``), so nothing reaches the terminal unescaped: ``emit``
+escapes control characters in each line it prints (a newline in meta cannot
+forge a table row, an ESC sequence cannot recolour or rewrite the screen),
+and ``dumps`` prints strict JSON (no bare ``NaN``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -19,6 +27,29 @@ from ..core.store import LeaseEvent
 #: The random suffix of a holder id (see ``new_holder_id``): dropped in the
 #: compact timeline, where ``host:pid`` is what a person recognises.
 _HOLDER_SUFFIX = re.compile(r":[0-9a-f]{16}$")
+
+
+#: C0 and C1 controls, DEL, and the invisible format characters that reorder
+#: or hide text (bidi overrides, zero-width, line/paragraph separators).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_char(m: re.Match[str]) -> str:
+    c = m.group(0)
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def escape(text: object) -> str:
+    """``text`` with every control character shown as an escape (``\\n``,
+    ``\\x1b``, ``\\u202e``): what was stored, made visible and inert."""
+    return _CONTROL.sub(_escape_char, str(text))
+
+
+def emit(line: object = "") -> None:
+    """Print one line of console output, escaped: the only way the console
+    writes to stdout, so no field can add a line or reach the terminal raw."""
+    print(escape(line), file=sys.stdout)
 
 
 def iso(value: datetime | None) -> str | None:
@@ -88,8 +119,10 @@ def meta_summary(meta: dict[str, Any]) -> str:
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    """Left-aligned columns, two spaces apart; the last column is not padded."""
-    rows = [list(r) for r in rows]
+    """Left-aligned columns, two spaces apart; the last column is not padded.
+    Cells are escaped first, so widths count what is printed and a newline
+    inside a cell stays inside its row."""
+    rows = [[escape(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(headers)]
     lines = []
@@ -141,4 +174,46 @@ def event_json(event: LeaseEvent) -> dict[str, Any]:
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=False, default=str)
+    """Strict JSON (RFC 8259): a NaN or infinity stored by an older version is
+    printed as the string ``"NaN"`` / ``"Infinity"`` / ``"-Infinity"``, never
+    as a bare token that JSON parsers reject. Control characters come out as
+    ``\\uXXXX`` escapes (``ensure_ascii``)."""
+    try:
+        return json.dumps(value, indent=2, sort_keys=False, default=str, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(value), indent=2, sort_keys=False, default=str,
+                          allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def emit_json(value: Any) -> None:
+    """Print ``value`` as strict JSON (its own escaping keeps it inert)."""
+    print(dumps(value), file=sys.stdout)
+
+
+def print_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+    for line in table(headers, rows).split("\n"):
+        emit(line)
+
+
+def unreadable_row(error: Any, width: int) -> list[str]:
+    """A table row for a key whose record the store could not parse (a
+    ``CorruptRecord`` from ``list()``'s ``unreadable``): the key and the field,
+    so the operator sees it beside the readable ones and knows what to repair."""
+    field = getattr(error, "field", None)
+    detail = f"unreadable field {field!r}" if field else f"unreadable: {error}"
+    return [str(getattr(error, "key", "?")), "UNREADABLE", *(["-"] * (width - 3)), detail]
+
+
+def unreadable_json(error: Any) -> dict[str, Any]:
+    return {"key": getattr(error, "key", None), "state": "unreadable",
+            "field": getattr(error, "field", None), "error": str(error)}

@@ -9,17 +9,19 @@ The names below are the core's public surface: the orchestrator glue in
 from .config import mask_url, resolve_url
 from .errors import (
     ConfigurationError,
+    CorruptRecord,
     LeaseBusy,
     LeaseError,
+    LeaseInterrupted,
     LeaseLost,
     StaleToken,
     StoreUnavailable,
 )
-from .interrupt import Interrupter, interrupter_for_current_thread
+from .interrupt import set_interrupt_signal
 from .lease import Lease
 from .lock import LeaseLock
 from .record import AcquireResult, LeaseRecord
-from .store import LeaseEvent, LeaseStore
+from .store import LeaseEvent, LeaseStore, RecordList
 from .validation import (
     ON_BUSY_POLICIES,
     ON_LOST_POLICIES,
@@ -35,20 +37,22 @@ __all__ = [
     "ON_LOST_POLICIES",
     "AcquireResult",
     "ConfigurationError",
-    "Interrupter",
+    "CorruptRecord",
     "Lease",
     "LeaseBusy",
     "LeaseError",
     "LeaseEvent",
+    "LeaseInterrupted",
     "LeaseLock",
     "LeaseLost",
     "LeaseRecord",
     "LeaseStore",
+    "RecordList",
     "StaleToken",
     "StoreUnavailable",
-    "interrupter_for_current_thread",
     "mask_url",
     "resolve_url",
+    "set_interrupt_signal",
     "validate_heartbeat",
     "validate_key",
     "validate_policy",

@@ -1,14 +1,18 @@
-"""Store URLs: where the default store lives, and how URLs are shown safely."""
+"""Store URLs: where the default store lives, how URLs are split and checked,
+and (re-exported from ``redact``) how they are shown safely."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from urllib.parse import SplitResult, parse_qs, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
 from .errors import ConfigurationError
+from .redact import MASK, is_secret_name, mask_url, remember, split_credentials
 
 ENV_URL = "LEASE_STORE_URL"
+_SCHEME_SLASHES = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 
 
 def default_state_dir() -> Path:
@@ -32,36 +36,40 @@ def resolve_url(url: str | None) -> str:
     if url is None:
         url = os.environ.get(ENV_URL) or default_url()
     if not isinstance(url, str) or not url.strip():
-        raise ConfigurationError(f"store URL must be a non-empty string, got {url!r}")
+        shown = mask_url(url) if isinstance(url, str) else type(url).__name__
+        raise ConfigurationError(f"store URL must be a non-empty string, got {shown!r}")
+    remember(url)
     return url.strip()
 
 
-def mask_url(url: str) -> str:
-    """The URL with its password replaced by ``***``: safe for logs and errors."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    netloc = f"{user}:***@{host}" + (f":{port}" if port else "")
-    return urlunsplit(SplitResult(parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
 def parse_url(url: str) -> SplitResult:
+    """Split a store URL, refusing shapes that drivers would misread.
+
+    A user name or password with an unencoded ``/``, ``?``, ``#`` or ``@``
+    is refused: ``urlsplit`` (and libpq, and redis-py) would cut it at that
+    character and send part of the password as host, port or path, and
+    print it in their errors. The message names the fix, never the value."""
+    remember(url)
+    match = _SCHEME_SLASHES.match(url)
+    if match is not None:
+        userinfo, _ = split_credentials(url[match.end():])
+        if userinfo is not None and any(c in userinfo for c in "/?#@"):
+            raise ConfigurationError(
+                f"store URL {mask_url(url)!r}: its user name or password contains an "
+                "unencoded '/', '?', '#' or '@'; percent-encode them "
+                "(urllib.parse.quote(password, safe=''))"
+            )
     try:
         parts = urlsplit(url)
-        _ = parts.port  # validates the port
     except ValueError as exc:
         raise ConfigurationError(f"bad store URL {mask_url(url)!r}: {exc}") from None
+    try:
+        _ = parts.port  # validates the port
+    except ValueError:
+        # urllib's message quotes the port text, which may be part of a password.
+        raise ConfigurationError(
+            f"bad store URL {mask_url(url)!r}: the port is not a number from 0 to 65535"
+        ) from None
     if not parts.scheme:
         raise ConfigurationError(
             f"store URL {mask_url(url)!r} has no scheme; use memory://, sqlite:///path, "
@@ -77,8 +85,10 @@ def query_options(parts: SplitResult, allowed: dict[str, type], url: str) -> dic
     for name, values in parse_qs(parts.query, keep_blank_values=True).items():
         if name not in allowed:
             known = ", ".join(sorted(allowed)) or "none"
+            hint = ("; a password belongs in the URL's user-info part, percent-encoded: "
+                    "scheme://user:password@host" if is_secret_name(name) else "")
             raise ConfigurationError(
-                f"unknown option {name!r} in store URL {mask_url(url)!r} (known: {known})"
+                f"unknown option {name!r} in store URL {mask_url(url)!r} (known: {known}){hint}"
             )
         raw = values[-1]
         kind = allowed[name]
@@ -90,11 +100,16 @@ def query_options(parts: SplitResult, allowed: dict[str, type], url: str) -> dic
             else:
                 options[name] = kind(raw)
         except ValueError:
+            shown = MASK if is_secret_name(name) else repr(raw)
             raise ConfigurationError(
-                f"option {name}={raw!r} in store URL {mask_url(url)!r} must be a {kind.__name__}"
+                f"option {name}={shown} in store URL {mask_url(url)!r} must be a {kind.__name__}"
             ) from None
         if isinstance(options[name], float) and not (0 < float(options[name]) < 3600):  # type: ignore[arg-type]
             raise ConfigurationError(
                 f"option {name}={raw!r} in store URL {mask_url(url)!r} must be between 0 and 3600"
             )
     return options
+
+
+__all__ = ["ENV_URL", "default_state_dir", "default_url", "mask_url", "parse_url",
+           "query_options", "resolve_url"]

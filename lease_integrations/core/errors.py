@@ -6,12 +6,21 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from .redact import mask_url, redact
+
 if TYPE_CHECKING:
     from .record import LeaseRecord
 
 
 class LeaseError(Exception):
-    """Base of every error raised by lease_integrations."""
+    """Base of every error raised by lease_integrations.
+
+    Its message never carries a store password: every text argument goes
+    through ``redact`` (drivers echo parts of the DSN in their own errors,
+    and those texts end up in ours)."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 class ConfigurationError(LeaseError, ValueError):
@@ -26,6 +35,7 @@ class StoreUnavailable(LeaseError, ConnectionError):
     The URL in the message has its password masked."""
 
     def __init__(self, message: str, *, url: str | None = None) -> None:
+        url = mask_url(url) if url else url
         self.url = url
         super().__init__(f"{message} (store: {url})" if url else message)
 
@@ -67,6 +77,39 @@ class LeaseLost(LeaseError):
         tok = f" (token {token})" if token is not None else ""
         why = f": {reason}" if reason else ""
         super().__init__(f"lease {key!r}{tok} was lost{why}")
+
+
+class LeaseInterrupted(BaseException):
+    """What lands inside a ``hold()`` block when its lease is lost.
+
+    A ``BaseException``, like asyncio's ``CancelledError``, so the commonest
+    pattern in job code (``except Exception: log; continue``) cannot swallow
+    it. ``hold()`` turns it into ``LeaseLost`` as the block leaves; code that
+    runs user code inside a block (an orchestrator) treats it like
+    ``LeaseLost``: the run failed."""
+
+    #: The lost lease (set on the per-block subclass that is raised).
+    lease: Any = None
+
+    def __init__(self, key: str | None = None, token: int | None = None, reason: str = "") -> None:
+        lease = self.lease
+        self.key = key if key is not None else getattr(lease, "key", "")
+        self.token = token if token is not None else getattr(lease, "token", None)
+        self.reason = reason or (getattr(lease, "lost_reason", None) or "")
+        super().__init__(f"lease {self.key!r} (token {self.token}) was lost: {self.reason}")
+
+
+class CorruptRecord(LeaseError):
+    """A stored lease record could not be parsed (say, a field overwritten by
+    hand with the store's own client). Names the key and the field, so the
+    operator knows what to repair; never a bare ``ValueError`` from a parser."""
+
+    def __init__(self, key: str, field: str, detail: str = "") -> None:
+        self.key = key
+        self.field = field
+        self.detail = detail
+        why = f": {detail}" if detail else ""
+        super().__init__(f"lease {key!r} has an unreadable record (field {field!r}){why}")
 
 
 class StaleToken(LeaseError):

@@ -113,10 +113,23 @@ class Heartbeat:
                     heapq.heappop(self._heap)
                     if entry.active:
                         break
-            if kind == "deadline":
-                self._check_deadline(entry)
-            else:
-                self._start_renewal(entry)
+            try:
+                if kind == "deadline":
+                    self._check_deadline(entry)
+                else:
+                    self._start_renewal(entry)
+            except Exception:  # never stop serving the other leases
+                self._failed(entry, kind)
+
+    def _failed(self, entry: _Entry, kind: str) -> None:
+        """A bug or a broken callback in one lease's step: log it and try that
+        step again shortly, so its renewals and its deadline still happen."""
+        log.exception("lease heartbeat: %s of lease %s failed; retrying", kind, entry.lease.key)
+        with self._cond:
+            entry.in_flight = False
+            if entry.active:
+                self._push(time.monotonic() + entry.retry_delay, kind, entry)
+                self._cond.notify()
 
     def _check_deadline(self, entry: _Entry) -> None:
         lease = entry.lease
@@ -140,6 +153,12 @@ class Heartbeat:
                 entry.in_flight = False
 
     def _renew(self, entry: _Entry) -> None:
+        try:
+            self._renew_once(entry)
+        except Exception:
+            self._failed(entry, "renew")
+
+    def _renew_once(self, entry: _Entry) -> None:
         lease = entry.lease
         started = time.monotonic()
         outcome: bool | None

@@ -45,7 +45,7 @@ class Lease:
         ttl: float,
         margin: float,
         attempt_started: float,
-        secret: str | None = None,
+        secret: str = "",
     ) -> None:
         if record.holder is None:
             raise ValueError("a granted lease must have a holder")
@@ -53,10 +53,9 @@ class Lease:
         self.key: str = record.key
         self.holder: str = record.holder
         self.token: int = record.token
-        #: Proves ownership to the store (renew, release). Never log or print
-        #: it; hand it over only to a process that adopts this lease. Until the
-        #: store protocol takes a separate secret it is the holder id.
-        self.secret: str = secret if secret is not None else record.holder
+        #: The owner secret renew and release present to the store. Never log
+        #: or print it; only hand it to a process that adopts this lease.
+        self.secret: str = secret
         self.ttl = ttl
         self.margin = margin
         self.meta: dict[str, Any] = dict(record.meta)

@@ -10,17 +10,16 @@ import os
 import secrets
 import socket
 import sys
-import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from types import TracebackType
+from typing import Any, Literal
 
-from . import metrics
+from . import interrupt, metrics
 from .backoff import Backoff
 from .errors import ConfigurationError, LeaseBusy, LeaseError, LeaseLost
 from .heartbeat import get_heartbeat
-from .interrupt import Interrupter, interrupter_for_current_thread
 from .lease import Lease
 from .record import AcquireResult
 from .store import LeaseStore
@@ -28,6 +27,7 @@ from .validation import (
     ON_LOST_POLICIES,
     validate_heartbeat,
     validate_key,
+    validate_meta,
     validate_policy,
     validate_ttl,
     validate_wait,
@@ -45,9 +45,14 @@ def _hostname() -> str:
 
 
 def new_holder_id() -> str:
-    """Readable (host and pid) yet unguessable (64 random bits), so nobody can
-    release another's lease by guessing its holder id."""
-    return f"{_hostname()}:{os.getpid()}:{secrets.token_hex(8)}"
+    """The public holder name: readable (host and pid), shown everywhere. It
+    proves nothing: renew and release need the owner secret (``new_secret``)."""
+    return f"{_hostname()}:{os.getpid()}"
+
+
+def new_secret() -> str:
+    """A fresh owner secret (128 random bits) for one acquire; never logged."""
+    return secrets.token_hex(16)
 
 
 def default_meta() -> dict[str, Any]:
@@ -85,9 +90,7 @@ class LeaseLock:
         self.heartbeat = validate_heartbeat(heartbeat, self.ttl)
         self.margin = self._validate_margin(margin)
         self.on_lost = validate_policy(on_lost, ON_LOST_POLICIES, "on_lost")
-        self.meta = dict(meta or {})
-        self._interrupters: dict[int, Interrupter] = {}
-        self._mutex = threading.Lock()
+        self.meta = validate_meta(meta)
 
     def _validate_margin(self, margin: float | None) -> float:
         if margin is None:
@@ -107,16 +110,33 @@ class LeaseLock:
     # -- sync -------------------------------------------------------------------
     def acquire(self, wait: float | None = 0, *, meta: Mapping[str, Any] | None = None) -> Lease:
         """Take the lease. ``wait=0`` raises ``LeaseBusy`` at once if it is
-        held, ``wait=None`` waits forever, ``wait=5.0`` waits up to 5 s."""
+        held, ``wait=None`` waits forever, ``wait=5.0`` waits up to 5 s.
+        Arms no interrupt: only ``hold()`` protects a block."""
+        return self._acquire(wait, meta, shield=False)
+
+    def _acquire(self, wait: float | None, meta: Mapping[str, Any] | None, *,
+                 shield: bool) -> Lease:
+        """With ``shield``, each store attempt runs shielded and a granted
+        lease is returned with the shield still up (the hold arms it)."""
         limit = validate_wait(wait)
         holder, full_meta = self._identity(meta)
+        secret = new_secret()
         deadline = None if limit is None else time.monotonic() + limit
         backoff = Backoff()
         while True:
             started = time.monotonic()
-            result = self.store.acquire(self.key, holder, self.ttl, full_meta)
-            if result.granted:
-                return self._start(result, started, interrupt=self.on_lost == "interrupt")
+            if shield:
+                interrupt.shield_up()
+            try:
+                result = self.store.acquire(self.key, holder, secret, self.ttl, full_meta)
+                if result.granted:
+                    return self._start(result, started, secret)
+            except BaseException:
+                if shield:
+                    interrupt.lower()
+                raise
+            if shield:
+                interrupt.lower()
             delay = self._next_wait(result, backoff, deadline)
             if delay is None:
                 raise self._busy(result)
@@ -126,7 +146,6 @@ class LeaseLock:
         """Give the lease back. Only touches the store's record if it still
         carries this lease's holder and token; True when it did."""
         get_heartbeat().remove(lease)
-        self._disarm(lease)
         if lease.released:
             return False
         try:
@@ -142,20 +161,13 @@ class LeaseLock:
         )
         return released
 
-    @contextmanager
-    def hold(self, wait: float | None = 0, *, meta: Mapping[str, Any] | None = None) -> Iterator[Lease]:
-        """Run a block under the lease. If the lease is lost the block ends with
-        ``LeaseLost`` (at once under ``on_lost="interrupt"``, else at the next
-        ``lease.check()`` or at the latest when the block ends): a block that
-        lost its lease never ends as a success."""
-        lease = self.acquire(wait, meta=meta)
-        try:
-            yield lease
-        except BaseException:
-            self._release_quietly(lease)
-            raise
-        self._release_quietly(lease)
-        lease.check()  # a block that finished after losing its lease did not succeed
+    def hold(self, wait: float | None = 0, *, meta: Mapping[str, Any] | None = None) -> Hold:
+        """Run a block under the lease. If the lease is lost, ``LeaseInterrupted``
+        lands in the block (``on_lost="interrupt"``; else ``lease.check()``
+        raises) and the block ends with ``LeaseLost``; also when the store
+        refuses the release or the trust window closed before the block
+        ended: a block that lost its lease never ends as a success."""
+        return Hold(self, lambda: self._acquire(wait, meta, shield=True), release=True)
 
     # -- adopt: continue a lease another process acquired ---------------------
     def adopt(self, token: int, secret: str) -> Lease:
@@ -163,59 +175,48 @@ class LeaseLock:
         handed over (its ``lease.secret``): renew it once at once (``LeaseLost``
         if the store refuses: it is no longer that lease), trust it from that
         attempt's start and keep renewing it on the heartbeat. Arms nothing:
-        use ``hold_adopted`` to protect a block."""
-        started = time.monotonic()
-        if not self.store.renew(self.key, secret, token, self.ttl):
-            raise LeaseLost(self.key, token, "the store refused to renew the lease to adopt")
-        record = self.store.get(self.key)
-        if record is None or record.token != token or record.holder is None:
-            raise LeaseLost(self.key, token, "the lease to adopt is no longer in the store")
-        return self._start(AcquireResult(True, record), started, interrupt=False, secret=secret)
+        ``hold_adopted`` protects a block."""
+        return self._adopt(token, secret, shield=False)
+
+    def _adopt(self, token: int, secret: str, *, shield: bool) -> Lease:
+        if shield:
+            interrupt.shield_up()
+        try:
+            started = time.monotonic()
+            record = self.store.get(self.key) if self.store.renew(
+                self.key, secret, token, self.ttl) else None
+            if record is None or record.token != token or record.holder is None:
+                raise LeaseLost(self.key, token, "the store refused to renew the lease to adopt")
+            return self._start(AcquireResult(True, record), started, secret=secret)
+        except BaseException:
+            if shield:
+                interrupt.lower()
+            raise
 
     def forget(self, lease: Lease) -> None:
-        """Stop renewing ``lease`` and disarm its interrupt without releasing
-        it: the store keeps it (another process carries on) until its ttl."""
+        """Stop renewing ``lease`` and disarm it without releasing it: the
+        store keeps it (another process carries on) until its ttl."""
         get_heartbeat().remove(lease)
-        self._disarm(lease)
-        lease.mark_released()
+        lease.mark_released()  # drops the loss callbacks: nothing fires any more
 
-    @contextmanager
-    def hold_adopted(self, token: int, secret: str, *, release: bool = False) -> Iterator[Lease]:
+    def hold_adopted(self, token: int, secret: str, *, release: bool = False) -> Hold:
         """``adopt`` for the length of a block, with the interrupt armed as in
         ``hold``; on exit stop renewing and leave the lease in the store
         (another process keeps it) unless ``release=True``."""
-        lease = self.adopt(token, secret)
-        if self.on_lost == "interrupt":
-            self._arm(lease)
-        try:
-            yield lease
-        except BaseException:
-            self._leave_adopted(lease, release)
-            raise
-        self._leave_adopted(lease, release)
-        lease.check()
+        return Hold(self, lambda: self._adopt(token, secret, shield=True), release=release)
 
-    @asynccontextmanager
-    async def hold_adopted_async(
-        self, token: int, secret: str, *, release: bool = False
-    ) -> AsyncIterator[Lease]:
-        """``hold_adopted`` for asyncio code: the task running the block is
-        cancelled on loss and the block ends with ``LeaseLost``."""
-        lease = await asyncio.to_thread(self.adopt, token, secret)
-        async with self._cancel_on_loss(lease):
-            try:
-                yield lease
-            finally:
-                if release:
-                    await self._release_quietly_async(lease)
-                else:
-                    self.forget(lease)
-
-    def _leave_adopted(self, lease: Lease, release: bool) -> None:
-        if release:
-            self._release_quietly(lease)
-        else:
+    def _end(self, lease: Lease, release: bool) -> bool:
+        """Stop renewing and (unless handing over) release. True when the store
+        refused the release: proof that the lease was lost during the block."""
+        if not release or lease.released:
             self.forget(lease)
+            return False
+        try:
+            return not self.release(lease)
+        except LeaseError as exc:  # unreachable: the ttl is the backstop
+            log.warning("could not release lease %s (token %s): %s; it expires after its ttl",
+                        lease.key, lease.token, exc)
+            return False
 
     # -- async -------------------------------------------------------------------
     async def acquire_async(
@@ -225,13 +226,14 @@ class LeaseLock:
         the event loop keeps running while we wait."""
         limit = validate_wait(wait)
         holder, full_meta = self._identity(meta)
+        secret = new_secret()
         deadline = None if limit is None else time.monotonic() + limit
         backoff = Backoff()
         while True:
             started = time.monotonic()
-            result = await self._acquire_attempt_async(holder, full_meta)
+            result = await self._acquire_attempt_async(holder, secret, full_meta)
             if result.granted:
-                return self._start(result, started, interrupt=False)
+                return self._start(result, started, secret)
             delay = self._next_wait(result, backoff, deadline)
             if delay is None:
                 raise self._busy(result)
@@ -240,24 +242,25 @@ class LeaseLock:
             else:
                 await asyncio.sleep(delay)
 
-    async def _acquire_attempt_async(self, holder: str, meta: dict[str, Any]) -> AcquireResult:
+    async def _acquire_attempt_async(self, holder: str, secret: str,
+                                     meta: dict[str, Any]) -> AcquireResult:
         attempt = asyncio.ensure_future(
-            asyncio.to_thread(self.store.acquire, self.key, holder, self.ttl, meta)
+            asyncio.to_thread(self.store.acquire, self.key, holder, secret, self.ttl, meta)
         )
         try:
             return await asyncio.shield(attempt)
         except asyncio.CancelledError:
             # Cancelled while the store may be granting: give back what we got.
-            attempt.add_done_callback(self._release_orphan)
+            attempt.add_done_callback(functools.partial(self._release_orphan, secret))
             raise
 
-    def _release_orphan(self, attempt: asyncio.Future[AcquireResult]) -> None:
+    def _release_orphan(self, secret: str, attempt: asyncio.Future[AcquireResult]) -> None:
         if attempt.cancelled() or attempt.exception() is not None:
             return
         record = attempt.result().record
         if attempt.result().granted and record is not None and record.holder is not None:
             try:
-                self.store.release(record.key, record.holder, record.token)
+                self.store.release(record.key, secret, record.token)
             except Exception:
                 log.warning("could not release orphaned lease %s; it expires after its ttl",
                             record.key, exc_info=True)
@@ -265,60 +268,51 @@ class LeaseLock:
     async def release_async(self, lease: Lease) -> bool:
         return await asyncio.to_thread(self.release, lease)
 
-    @asynccontextmanager
-    async def hold_async(
+    def hold_async(
         self, wait: float | None = 0, *, meta: Mapping[str, Any] | None = None
-    ) -> AsyncIterator[Lease]:
-        """``hold`` for asyncio code. Under ``on_lost="interrupt"`` the task
-        running the block is cancelled on loss and the block ends with
-        ``LeaseLost``."""
-        lease = await self.acquire_async(wait, meta=meta)
-        async with self._cancel_on_loss(lease):
-            try:
-                yield lease
-            finally:
-                await self._release_quietly_async(lease)
+    ) -> AbstractAsyncContextManager[Lease]:
+        """``hold`` for asyncio code: on loss the task running the block is
+        cancelled, and the block ends with ``LeaseLost``."""
+        return self._held_async(lambda: self.acquire_async(wait, meta=meta), release=True)
+
+    def hold_adopted_async(
+        self, token: int, secret: str, *, release: bool = False
+    ) -> AbstractAsyncContextManager[Lease]:
+        """``hold_adopted`` for asyncio code."""
+        return self._held_async(lambda: asyncio.to_thread(self.adopt, token, secret),
+                                release=release)
 
     @asynccontextmanager
-    async def _cancel_on_loss(self, lease: Lease) -> AsyncIterator[None]:
-        """Cancel the task running the block when ``lease`` is lost (policy
-        ``interrupt``), and turn that cancellation into ``LeaseLost``."""
-        task = asyncio.current_task()
-        loop = asyncio.get_running_loop()
-        cancelled_by_us = False
-        inside = True
-
-        def cancel() -> None:
-            nonlocal cancelled_by_us
-            if inside and task is not None and not task.done():
-                cancelled_by_us = True
-                task.cancel(f"lease {lease.key!r} lost")
-
-        if self.on_lost == "interrupt":
-            def cancel_from_heartbeat(_lease: Lease) -> None:
-                loop.call_soon_threadsafe(cancel)
-
-            lease.on_lost(cancel_from_heartbeat)
+    async def _held_async(self, take: Callable[[], Awaitable[Lease]],
+                          release: bool) -> AsyncIterator[Lease]:
+        lease = await take()
+        block = interrupt.arm(lease, stacked=False) if self.on_lost == "interrupt" else None
         try:
-            yield
-        except asyncio.CancelledError:
-            inside = False
-            if cancelled_by_us:
-                if task is not None and sys.version_info >= (3, 11):
-                    task.uncancel()
-                raise LeaseLost(lease.key, lease.token, lease.lost_reason or "") from None
-            raise
-        finally:
-            inside = False
-        lease.check()
+            yield lease
+        except BaseException as exc:
+            error = await self._leave_async(lease, block, release, exc)
+            if error is None:
+                raise
+            raise error from exc
+        error = await self._leave_async(lease, block, release, None)
+        if error is not None:
+            raise error
+
+    async def _leave_async(self, lease: Lease, block: interrupt.Block | None, release: bool,
+                           exc: BaseException | None) -> LeaseLost | None:
+        if block is not None:
+            block.armed = False  # the task runs this: no cancel of ours is on its way
+        closed = not lease.released and time.monotonic() >= lease.trusted_until
+        # Finishes in its thread even if this task is cancelled meanwhile.
+        refused = await asyncio.to_thread(self._end, lease, release)
+        return verdict(lease, block, exc, refused=refused, closed=closed)
 
     # -- shared steps ----------------------------------------------------------
     def _identity(self, meta: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
         full = default_meta()
         full.update(self.meta)
-        if meta:
-            full.update(meta)
-        return new_holder_id(), full
+        full.update(validate_meta(meta))
+        return new_holder_id(), validate_meta(full)
 
     def _next_wait(
         self, result: AcquireResult, backoff: Backoff, deadline: float | None
@@ -343,13 +337,10 @@ class LeaseLock:
                                    "lease_holder": busy.holder, "lease_token": busy.token})
         return busy
 
-    def _start(self, result: AcquireResult, started: float, *, interrupt: bool,
-               secret: str | None = None) -> Lease:
+    def _start(self, result: AcquireResult, started: float, secret: str) -> Lease:
         assert result.record is not None
         lease = Lease(result.record, ttl=self.ttl, margin=self.margin, attempt_started=started,
                       secret=secret)
-        if interrupt:
-            self._arm(lease)
         get_heartbeat().add(lease, self.store, self.heartbeat)
         metrics.acquired(lease, time.monotonic() - started)
         log.info(
@@ -359,35 +350,72 @@ class LeaseLock:
         )
         return lease
 
-    def _arm(self, lease: Lease) -> None:
-        interrupter = interrupter_for_current_thread()
-        with self._mutex:
-            self._interrupters[id(lease)] = interrupter
-        lease.on_lost(interrupter.fire)
 
-    def _disarm(self, lease: Lease) -> None:
-        with self._mutex:
-            interrupter = self._interrupters.pop(id(lease), None)
-        if interrupter is not None:
-            interrupter.disarm()
 
-    def _release_quietly(self, lease: Lease) -> None:
-        """Release on the way out of a block without masking the block's own
-        outcome: if the store is unreachable, the ttl is the backstop."""
-        while True:
+class Hold:
+    """The context manager ``hold()`` and ``hold_adopted()`` return.
+
+    Enter and exit are ``guarded`` (no interrupt lands in their frames) and
+    their store calls run shielded, so an interrupt never cuts the library's
+    bookkeeping short: a lease is either armed and released, or never taken.
+    """
+
+    def __init__(self, lock: LeaseLock, take: Callable[[], Lease], *, release: bool) -> None:
+        self.lock = lock
+        self._take = take
+        self._release = release
+        self.lease: Lease | None = None
+        self.block: interrupt.Block | None = None
+
+    @interrupt.guarded
+    def __enter__(self) -> Lease:
+        self.lease = lease = self._take()  # granted with this thread's shield up
+        if self.lock.on_lost == "interrupt":
+            self.block = interrupt.arm(lease)
+            self.block.abandon = lambda: self.lock._end(lease, self._release)
+        pending = interrupt.shield_down()
+        if pending is not None:  # lost meanwhile (ours or an outer block's)
             try:
-                self.release(lease)
-                return
-            except LeaseLost:
-                continue  # the interrupt landed inside release: finish releasing
-            except LeaseError as exc:
-                log.warning("could not release lease %s (token %s): %s; it expires after its ttl",
-                            lease.key, lease.token, exc)
-                return
+                interrupt.deliver(pending)  # as if at the block's first bytecode
+            except BaseException as exc:
+                self.__exit__(type(exc), exc, exc.__traceback__)  # LeaseLost if ours
+                raise
+        return lease
 
-    async def _release_quietly_async(self, lease: Lease) -> None:
-        try:
-            await asyncio.to_thread(self._release_quietly, lease)
-        except asyncio.CancelledError:
-            self._release_quietly(lease)
-            raise
+    @interrupt.guarded
+    def __exit__(self, etype: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
+        lease, block = self.lease, self.block
+        assert lease is not None
+        interrupt.shield_up()
+        closed = not lease.released and time.monotonic() >= lease.trusted_until
+        for inner in interrupt.disarm(block) if block is not None else []:
+            try:
+                inner.abandon()  # a hold inside ours whose exit was cut short
+            except Exception:
+                log.exception("could not end the lease of an abandoned block")
+        refused = self.lock._end(lease, self._release)
+        pending = interrupt.shield_down()
+        error = verdict(lease, block, exc, refused=refused, closed=closed)
+        if pending is not None:
+            interrupt.deliver(pending)  # an outer block's loss: it wins
+        if error is not None:
+            raise error from exc
+        return False
+
+
+def verdict(lease: Lease, block: interrupt.Block | None, exc: BaseException | None, *,
+            refused: bool, closed: bool) -> LeaseLost | None:
+    """How a block ends: ``LeaseLost`` when its own interrupt ended it, or when
+    it ended normally although its lease was lost (flagged, refused by the store
+    at release, or past its trust window); else as it would have."""
+    own = block is not None and (isinstance(exc, block.error) or (
+        block.cancelled and isinstance(exc, asyncio.CancelledError)))
+    if block is not None and block.cancelled and block.task is not None \
+            and sys.version_info >= (3, 11):
+        block.task.uncancel()
+    if not own and (exc is not None or not (lease.lost or refused or closed)):
+        return None
+    reason = lease.lost_reason or ("the store no longer had the lease at release" if refused
+                                   else "the trust window closed before the block ended")
+    return LeaseLost(lease.key, lease.token, reason)

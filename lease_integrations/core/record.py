@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
+from .errors import CorruptRecord
+
+T = TypeVar("T")
 LeaseState = Literal["held", "expired", "released"]
 
 
@@ -56,3 +61,24 @@ class AcquireResult:
 
     granted: bool
     record: LeaseRecord | None
+
+
+def parse_field(key: str, name: str, parse: Callable[[Any], T], value: Any) -> T:
+    """Parse one stored field, turning any parser error into ``CorruptRecord``
+    naming the key and the field: a record someone overwrote by hand must not
+    surface as a bare ``ValueError`` from deep inside a store."""
+    try:
+        return parse(value)
+    except (ValueError, TypeError, OverflowError, KeyError, AttributeError) as exc:
+        raise CorruptRecord(key, name, f"{type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def meta_from_json(text: Any) -> dict[str, Any]:
+    """The stored meta JSON as a dict (empty for no meta); anything but a JSON
+    object is an error (``parse_field`` reports it)."""
+    if text is None or text == "":
+        return {}
+    value = json.loads(text) if isinstance(text, (str, bytes)) else text
+    if not isinstance(value, dict):
+        raise ValueError(f"meta must be a JSON object, found {type(value).__name__}")
+    return value

@@ -1,8 +1,8 @@
 """The store protocol: the strict cut between "where a lease lives" and "how a
 lease is used".
 
-Below the cut a store speaks plain primitives (key, holder, token, ttl, meta)
-and returns plain records; it judges expiry on its own clock and makes every
+Below the cut a store speaks plain primitives (key, holder, secret, token,
+ttl, meta) and returns plain records; it judges expiry on its own clock and makes every
 write one atomic conditional operation. Above the cut, ``LeaseLock`` owns
 waiting, heartbeats, trust windows and policies. Keeping the cut strict is what
 lets one conformance suite prove every store equal.
@@ -13,17 +13,33 @@ from __future__ import annotations
 import builtins
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
+from .errors import CorruptRecord
 from .record import AcquireResult, LeaseRecord
 
+T = TypeVar("T")
 EventKind = Literal["acquired", "released", "broken", "lost"]
 
 #: How many history events a store keeps per key before trimming the oldest.
 HISTORY_LIMIT = 100
+
+
+class RecordList(builtins.list[LeaseRecord]):
+    """What ``list()`` returns: the readable records, sorted by key, plus
+    ``unreadable``: one ``CorruptRecord`` per key whose stored record could
+    not be parsed (a garbage field written by hand). Skip-and-report, so one
+    bad key never hides every other key from the operator's console; the
+    console shows these keys as unreadable (``get(key)`` raises the same
+    ``CorruptRecord`` for one of them)."""
+
+    def __init__(self, records: Iterable[LeaseRecord] = (),
+                 unreadable: Iterable[CorruptRecord] = ()) -> None:
+        super().__init__(records)
+        self.unreadable: builtins.list[CorruptRecord] = builtins.list(unreadable)
 
 
 @dataclass(frozen=True)
@@ -53,30 +69,41 @@ class LeaseStore(ABC):
 
     @abstractmethod
     def acquire(
-        self, key: str, holder: str, ttl: float, meta: Mapping[str, Any]
+        self, key: str, holder: str, secret: str, ttl: float, meta: Mapping[str, Any]
     ) -> AcquireResult:
         """One atomic conditional write. Grants iff there is no record, the
         record was released, or it expired by the store's clock; then the new
-        token is the key's last token + 1. On busy, returns the current record."""
+        token is greater than every token the key was ever granted (see
+        docs/concepts/tokens-and-identity.md for each store's mechanism). On
+        busy, returns the current record.
+
+        ``holder`` is the public name (shown to everyone); ``secret`` is the
+        owner secret that renew and release must present. The store keeps the
+        secret but never returns it (not from get, list, history, nor in a
+        busy record), so nothing a contender can see lets it act as the holder."""
 
     @abstractmethod
-    def renew(self, key: str, holder: str, token: int, ttl: float) -> bool:
-        """Extend to now + ttl iff holder and token match and the lease has not
+    def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
+        """Extend to now + ttl iff secret and token match and the lease has not
         expired. False means the lease is gone for good: never resurrected."""
 
     @abstractmethod
-    def release(self, key: str, holder: str, token: int) -> bool:
-        """Clear the holder iff holder and token match; keep the token counter.
+    def release(self, key: str, secret: str, token: int) -> bool:
+        """Clear the holder iff secret and token match; keep the token counter.
         Wakes waiters where the store can notify."""
 
     @abstractmethod
     def get(self, key: str) -> LeaseRecord | None:
         """The key's record in whatever state (held, expired, released), or
-        None when the key was never acquired."""
+        None when the key was never acquired. Raises ``CorruptRecord`` (naming
+        the key and the field) when the stored record cannot be parsed; so does
+        ``acquire`` of such a key, rather than granting over garbage."""
 
     @abstractmethod
     def list(self, prefix: str = "") -> builtins.list[LeaseRecord]:
-        """Every record whose key starts with ``prefix``, sorted by key."""
+        """Every readable record whose key starts with ``prefix``, sorted by
+        key. Returns a ``RecordList``: a key whose record cannot be parsed is
+        left out of the list and reported in its ``unreadable`` attribute."""
 
     @abstractmethod
     def force_release(self, key: str, by: str) -> LeaseRecord | None:
@@ -114,3 +141,21 @@ class LeaseStore(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def readable_records(rows: Iterable[T], parse: Callable[[T], LeaseRecord | None]) -> RecordList:
+    """Parse a store's raw rows into a ``RecordList``: rows that raise
+    ``CorruptRecord`` are reported in ``unreadable`` instead of failing the
+    whole listing; rows that parse to None (no record) are dropped."""
+    good: builtins.list[LeaseRecord] = []
+    bad: builtins.list[CorruptRecord] = []
+    for row in rows:
+        try:
+            record = parse(row)
+        except CorruptRecord as exc:
+            bad.append(exc)
+            continue
+        if record is not None:
+            good.append(record)
+    good.sort(key=lambda r: r.key)
+    return RecordList(good, bad)

@@ -3,9 +3,11 @@ job before it touches a lease record, with an error naming the bad value."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 from .errors import ConfigurationError
 
@@ -16,6 +18,15 @@ KEY_MAX_LENGTH: Final = 200
 #: Below this a heartbeat cannot renew reliably across a real network.
 MIN_TTL: Final = 0.5
 MAX_TTL: Final = 7 * 24 * 3600.0
+
+#: Meta is copied into the record and into every history event, and shown by
+#: leasectl: a few fields about the holder, not a payload.
+META_MAX_BYTES: Final = 4096
+META_MAX_DEPTH: Final = 16
+#: Every store keeps integers exactly within 64 bits (BSON int64, jsonb,
+#: SQLite INTEGER); beyond that one store would refuse what another rounds.
+_INT_MIN: Final = -(2**63)
+_INT_MAX: Final = 2**63 - 1
 
 ON_LOST_POLICIES: Final = ("interrupt", "check")
 ON_BUSY_POLICIES: Final = ("skip", "fail", "wait")
@@ -86,3 +97,80 @@ def validate_policy(value: object, allowed: tuple[str, ...], name: str) -> str:
         choices = ", ".join(repr(a) for a in allowed)
         raise ConfigurationError(f"{name}={value!r} is not a valid policy; choose one of {choices}")
     return str(value)
+
+
+def validate_meta(meta: object, name: str = "meta") -> dict[str, Any]:
+    """A plain copy of ``meta`` if it is a JSON object every store keeps
+    alike, else ``ConfigurationError`` naming the key path and the problem.
+
+    Rules: a dict with ``str`` keys whose values are ``None``, ``bool``,
+    ``int`` (64-bit), finite ``float``, ``str``, or lists/dicts of those
+    (nested at most ``META_MAX_DEPTH`` deep); no ``\\x00`` in any key or
+    string (PostgreSQL's jsonb cannot store it, so it is refused everywhere);
+    at most ``META_MAX_BYTES`` as compact UTF-8 JSON. Checked before any
+    store call, so a bad value is a configuration error, never an outage,
+    and never reaches a record. A huge value is refused as soon as the walk
+    has seen more than the limit, without encoding it."""
+    if meta is None:
+        return {}
+    if not isinstance(meta, Mapping):
+        raise ConfigurationError(
+            f"{name} must be a dict (a JSON object), got {type(meta).__name__}")
+    budget = [META_MAX_BYTES]
+    plain = _json_value(meta, name, 0, budget)
+    encoded = json.dumps(plain, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    size = len(encoded.encode("utf-8"))
+    if size > META_MAX_BYTES:
+        raise ConfigurationError(
+            f"{name} is {size} bytes as JSON; the limit is {META_MAX_BYTES} (it is copied into "
+            "every history event: keep it to a few fields about the holder)")
+    result: dict[str, Any] = plain
+    return result
+
+
+def _spend(budget: list[int], n: int, path: str) -> None:
+    budget[0] -= n
+    if budget[0] < 0:
+        raise ConfigurationError(
+            f"{path} makes meta larger than {META_MAX_BYTES} bytes as JSON; keep meta to a few "
+            "fields about the holder")
+
+
+def _json_value(value: object, path: str, depth: int, budget: list[int]) -> Any:
+    if value is None or isinstance(value, bool):
+        _spend(budget, 4, path)
+        return value
+    if isinstance(value, int):
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise ConfigurationError(f"{path} is an integer outside 64 bits; store it as a string")
+        _spend(budget, 1, path)
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ConfigurationError(f"{path} is {value!r}; JSON has no NaN or infinity")
+        _spend(budget, 1, path)
+        return float(value)
+    if isinstance(value, str):
+        _spend(budget, len(value), path)
+        if "\x00" in value:
+            raise ConfigurationError(f"{path} contains a NUL character (\\x00)")
+        return str(value)
+    if depth >= META_MAX_DEPTH:
+        raise ConfigurationError(f"{path} is nested more than {META_MAX_DEPTH} levels deep")
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ConfigurationError(
+                    f"{path} has the key {k!r} of type {type(k).__name__}; JSON keys are strings")
+            child = f"{path}[{k[:40]!r}]"
+            _spend(budget, len(k) + 3, child)
+            if "\x00" in k:
+                raise ConfigurationError(f"{child}: the key contains a NUL character (\\x00)")
+            out[str(k)] = _json_value(v, child, depth + 1, budget)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v, f"{path}[{i}]", depth + 1, budget) for i, v in enumerate(value)]
+    raise ConfigurationError(
+        f"{path} is a {type(value).__module__}.{type(value).__qualname__}, not a JSON value "
+        "(use str, int, float, bool, None, list or dict)")

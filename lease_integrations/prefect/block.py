@@ -13,9 +13,10 @@ from typing import Any
 from urllib.parse import SplitResult, quote, unquote, urlsplit, urlunsplit
 
 from prefect.blocks.core import Block
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from lease_integrations import LeaseStore, check_url, connect
+from lease_integrations import ConfigurationError, LeaseStore, check_url, connect
+from lease_integrations.core.redact import is_secret_name
 
 
 class LeaseStoreBlock(Block):  # type: ignore[misc]  # Block is untyped for mypy
@@ -36,6 +37,8 @@ class LeaseStoreBlock(Block):  # type: ignore[misc]  # Block is untyped for mypy
     password: SecretStr | None = Field(
         default=None, description="The store's password, if it needs one."
     )
+    # A validation error must not echo the pasted URL (password included).
+    model_config = ConfigDict(hide_input_in_errors=True)
 
     @model_validator(mode="before")  # type: ignore[untyped-decorator]
     @classmethod
@@ -55,7 +58,14 @@ class LeaseStoreBlock(Block):  # type: ignore[misc]  # Block is untyped for mypy
     @field_validator("url")  # type: ignore[untyped-decorator]
     @classmethod
     def _known_scheme(cls, url: str) -> str:
-        return check_url(url)
+        checked = check_url(url)
+        names = [n for n, _, _ in (p.partition("=") for p in urlsplit(checked).query.split("&"))
+                 if n and is_secret_name(n)]
+        if names:  # the plain url field is shown in Prefect's UI and API
+            raise ConfigurationError(
+                f"store URL option {names[0]!r} looks like a secret: put the password in the "
+                "block's password field, not in the URL")
+        return checked
 
     def get_url(self) -> str:
         """The full URL with the password put back: for ``connect`` only, never log it."""

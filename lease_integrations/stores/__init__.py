@@ -19,6 +19,10 @@ STORES: dict[str, str] = {
     "sqlite": "lease_integrations.stores.sqlite:SqliteStore",
     "redis": "lease_integrations.stores.redis:RedisStore",
     "rediss": "lease_integrations.stores.redis:RedisStore",
+    "redis+cluster": "lease_integrations.stores.redis:RedisStore",
+    "rediss+cluster": "lease_integrations.stores.redis:RedisStore",
+    "redis+sentinel": "lease_integrations.stores.redis:RedisStore",
+    "rediss+sentinel": "lease_integrations.stores.redis:RedisStore",
     "postgresql": "lease_integrations.stores.postgres:PostgresStore",
     "postgres": "lease_integrations.stores.postgres:PostgresStore",
     "mongodb": "lease_integrations.stores.mongo:MongoStore",
@@ -26,8 +30,22 @@ STORES: dict[str, str] = {
 }
 
 #: extra that installs a store's client library, for the error message
-EXTRAS = {"redis": "redis", "rediss": "redis", "postgresql": "postgres",
+EXTRAS = {"redis": "redis", "rediss": "redis", "redis+cluster": "redis",
+          "rediss+cluster": "redis", "redis+sentinel": "redis", "rediss+sentinel": "redis",
+          "postgresql": "postgres",
           "postgres": "postgres", "mongodb": "mongo", "mongodb+srv": "mongo"}
+
+
+#: schemes whose URLs list several hosts (``host:port,host:port``): the store
+#: parses those itself, a single port does not describe them.
+MULTI_HOST = {"redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"}
+
+
+def _scheme(url: str) -> str:
+    head = url.partition("://")[0].lower()
+    if head in MULTI_HOST:
+        return head
+    return parse_url(url).scheme.lower()
 
 
 def check_url(url: str) -> str:
@@ -35,7 +53,7 @@ def check_url(url: str) -> str:
     parseable port. For checks at DAG-parse or decoration time, where
     connecting would be too early. Returns the URL, stripped."""
     resolved = resolve_url(url)
-    scheme = parse_url(resolved).scheme.lower()
+    scheme = _scheme(resolved)
     if scheme not in STORES:
         known = ", ".join(f"{s}://" for s in STORES)
         raise ConfigurationError(
@@ -60,7 +78,7 @@ def connect(url: str | None = None, **options: Any) -> LeaseStore:
 
         return PostgresStore.from_engine(url, **options)
     resolved = check_url(resolve_url(url))
-    scheme = parse_url(resolved).scheme.lower()
+    scheme = _scheme(resolved)
     module_name, class_name = STORES[scheme].split(":")
     try:
         module = importlib.import_module(module_name)

@@ -15,12 +15,13 @@ from typing import Any, ClassVar
 from ..core.config import parse_url, query_options
 from ..core.errors import ConfigurationError
 from ..core.record import AcquireResult, LeaseRecord
-from ..core.store import HISTORY_LIMIT, EventKind, LeaseEvent, LeaseStore
+from ..core.store import HISTORY_LIMIT, EventKind, LeaseEvent, LeaseStore, RecordList
 
 
 @dataclass
 class _Row:
     holder: str | None
+    secret: str | None  # the owner secret: compared, never returned
     token: int
     acquired_at: datetime
     renewed_at: datetime
@@ -38,6 +39,8 @@ class MemoryStore(LeaseStore):
         self.name = name
         self.url = f"memory://{name}"
         self._rows: dict[str, _Row] = {}
+        # The counter lives apart from the rows, so losing a row never resets it.
+        self._tokens: dict[str, int] = {}
         self._cond = threading.Condition()
 
     @classmethod
@@ -69,38 +72,41 @@ class MemoryStore(LeaseStore):
         row.events.append(LeaseEvent(key, kind, row.token, holder, at, dict(detail or {})))
 
     # -- protocol ---------------------------------------------------------------
-    def acquire(self, key: str, holder: str, ttl: float, meta: Mapping[str, Any]) -> AcquireResult:
+    def acquire(self, key: str, holder: str, secret: str, ttl: float,
+                meta: Mapping[str, Any]) -> AcquireResult:
         now, mono = self._now()
         with self._cond:
             row = self._rows.get(key)
             if row is not None and row.holder is not None and row.expires_mono > mono:
                 return AcquireResult(False, self._record(key, row, now, mono))
             if row is None:
-                row = self._rows[key] = _Row(None, 0, now, now, mono, {})
-            row.holder, row.token = holder, row.token + 1
+                row = self._rows[key] = _Row(None, None, 0, now, now, mono, {})
+            token = self._tokens[key] = max(self._tokens.get(key, 0), row.token) + 1
+            row.holder, row.secret, row.token = holder, secret, token
             row.acquired_at = row.renewed_at = now
             row.expires_mono = mono + ttl
             row.meta = dict(meta)
             self._event(row, key, "acquired", holder, now, {"meta": row.meta})
             return AcquireResult(True, self._record(key, row, now, mono))
 
-    def renew(self, key: str, holder: str, token: int, ttl: float) -> bool:
+    def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
         now, mono = self._now()
         with self._cond:
             row = self._rows.get(key)
-            if row is None or row.holder != holder or row.token != token or row.expires_mono <= mono:
+            if row is None or row.holder is None or row.secret != secret \
+                    or row.token != token or row.expires_mono <= mono:
                 return False
             row.renewed_at = now
             row.expires_mono = mono + ttl
             return True
 
-    def release(self, key: str, holder: str, token: int) -> bool:
+    def release(self, key: str, secret: str, token: int) -> bool:
         now, _ = self._now()
         with self._cond:
             row = self._rows.get(key)
-            if row is None or row.holder != holder or row.token != token:
+            if row is None or row.holder is None or row.secret != secret or row.token != token:
                 return False
-            row.holder = None
+            holder, row.holder, row.secret = row.holder, None, None
             self._event(row, key, "released", holder, now)
             self._cond.notify_all()
             return True
@@ -111,11 +117,11 @@ class MemoryStore(LeaseStore):
             row = self._rows.get(key)
             return None if row is None else self._record(key, row, now, mono)
 
-    def list(self, prefix: str = "") -> builtins.list[LeaseRecord]:
+    def list(self, prefix: str = "") -> RecordList:
         now, mono = self._now()
         with self._cond:
-            return [self._record(k, r, now, mono) for k, r in sorted(self._rows.items())
-                    if k.startswith(prefix)]
+            return RecordList(self._record(k, r, now, mono) for k, r in sorted(self._rows.items())
+                              if k.startswith(prefix))
 
     def force_release(self, key: str, by: str) -> LeaseRecord | None:
         now, mono = self._now()
@@ -124,7 +130,7 @@ class MemoryStore(LeaseStore):
             if row is None:
                 return None
             before = self._record(key, row, now, mono)
-            row.holder = None
+            row.holder = row.secret = None
             self._event(row, key, "broken", before.holder, now, {"by": by})
             self._cond.notify_all()
             return before

@@ -7,10 +7,14 @@ the next token and the expiry from ``$$NOW``. When the lease is held the
 filter matches nothing, the upsert collides with the existing ``_id``
 (``DuplicateKeyError``, code 11000) and the store reads the current record
 with the server's time (an aggregate with ``$$NOW``). The document is never
-deleted, so the token counter survives release, expiry and takeover.
+deleted, so the token counter survives release, expiry and takeover; and
+each token is floored by the server's clock (``$$NOW`` in milliseconds,
+times 1000), so a lost document (a deleted one, a failover to a lagging
+secondary) resumes above every earlier grant. The owner secret is a field
+of the document that no read returns.
 
 Sends per operation: acquire granted 2 (the upsert, the history event; plus
-2 on every ``TRIM_EVERY``-th grant of a key), acquire busy 2 (the upsert that
+2 on every ``TRIM_EVERY``-th grant this store object makes), acquire busy 2 (the upsert that
 collides, the read), renew 1, release 2 (the update, the event), get 1.
 Write concern defaults to majority (the MongoDB-wire server accepts it).
 
@@ -21,8 +25,9 @@ but on the MongoDB-wire test server every update of a document is paid by its
 size: with 100 events in it an acquire took ~60 ms instead of ~8 ms. A missed
 event (the process died between the two sends) only thins the audit trail;
 the lease itself is never affected. Old events are trimmed every
-``TRIM_EVERY``-th grant of a key, so a key keeps roughly ``HISTORY_LIMIT +
-3 * TRIM_EVERY`` events (a grant, its release or break, perhaps a loss) and
+``TRIM_EVERY``-th grant a store object makes (tokens follow the clock, so
+their value cannot pace it), so a key busy enough to matter keeps roughly
+``HISTORY_LIMIT + 3 * TRIM_EVERY`` events (a grant, its release or break, perhaps a loss) and
 ``history()`` returns at most ``HISTORY_LIMIT``.
 
 MongoDB has no notification a waiter could block on without change streams
@@ -37,7 +42,7 @@ import os
 import re
 import threading
 from collections.abc import Mapping
-from datetime import timezone
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlunsplit
 
@@ -46,9 +51,16 @@ from pymongo import DESCENDING, MongoClient, ReturnDocument, common, uri_parser
 from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 
 from ..core.config import mask_url, parse_url
-from ..core.errors import ConfigurationError, StoreUnavailable
-from ..core.record import AcquireResult, LeaseRecord
-from ..core.store import HISTORY_LIMIT, EventKind, LeaseEvent, LeaseStore
+from ..core.errors import ConfigurationError, CorruptRecord, StoreUnavailable
+from ..core.record import AcquireResult, LeaseRecord, meta_from_json, parse_field
+from ..core.store import (
+    HISTORY_LIMIT,
+    EventKind,
+    LeaseEvent,
+    LeaseStore,
+    RecordList,
+    readable_records,
+)
 
 log = logging.getLogger("lease_integrations")
 
@@ -68,13 +80,34 @@ _INHERITED: list[Any] = []
 # bracketing, so a null or number there would compare as "expired".
 FREE = {"$or": [{"$eq": [{"$ifNull": ["$holder", None]}, None]},
                 {"$lte": ["$expires_at", "$$NOW"]}]}
-NEXT_TOKEN = {"$add": [{"$ifNull": ["$token", 0]}, 1]}
+#: max(last + 1, the server's clock in microseconds): $$NOW has milliseconds.
+NEXT_TOKEN = {"$max": [{"$add": [{"$ifNull": ["$token", 0]}, 1]},
+                       {"$multiply": [{"$toLong": "$$NOW"}, 1000]}]}
+
+
+def _time(value: Any) -> datetime | None:
+    if value is not None and not isinstance(value, datetime):
+        raise ValueError(f"not a date: {type(value).__name__}")
+    return value
+
+
+def _token(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise ValueError(f"not an integer: {type(value).__name__}")
+    return int(value)
 
 
 def _record(doc: Mapping[str, Any], observed_at: Any = None) -> LeaseRecord:
-    return LeaseRecord(doc["_id"], doc.get("holder"), int(doc["token"]), doc.get("acquired_at"),
-                       doc.get("renewed_at"), doc.get("expires_at"),
-                       observed_at or doc["observed_at"], dict(doc.get("meta") or {}))
+    key = doc["_id"]
+    holder = doc.get("holder")
+    if holder is not None and not isinstance(holder, str):
+        raise CorruptRecord(key, "holder", f"not a string: {type(holder).__name__}")
+    return LeaseRecord(key, holder, parse_field(key, "token", _token, doc.get("token")),
+                       parse_field(key, "acquired_at", _time, doc.get("acquired_at")),
+                       parse_field(key, "renewed_at", _time, doc.get("renewed_at")),
+                       parse_field(key, "expires_at", _time, doc.get("expires_at")),
+                       observed_at or doc["observed_at"],
+                       parse_field(key, "meta", meta_from_json, doc.get("meta")))
 
 
 class MongoStore(LeaseStore):
@@ -97,6 +130,7 @@ class MongoStore(LeaseStore):
         self.collection_name = collection
         self._options = dict(client_options or {})
         self._lock = threading.Lock()
+        self._grants = 0
         self._client: tuple[int, MongoClient[dict[str, Any]]] | None = None
         self._call(self._prepare)  # fail at connect, not mid-job
 
@@ -180,12 +214,13 @@ class MongoStore(LeaseStore):
             detail = " ".join(str(exc).split())[:500]
             raise StoreUnavailable(f"MongoDB error: {detail}", url=self.url) from None
 
-    def _read(self, match: Mapping[str, Any]) -> list[LeaseRecord]:
-        """Records with the server's time as ``observed_at``, in one round trip."""
+    def _read(self, match: Mapping[str, Any]) -> RecordList:
+        """Records with the server's time as ``observed_at``, in one round trip
+        (the secret left on the server); unreadable ones reported apart."""
         pipeline = [{"$match": dict(match)}, {"$sort": {"_id": 1}},
-                    {"$set": {"observed_at": "$$NOW"}}]
+                    {"$set": {"observed_at": "$$NOW"}}, {"$project": {"secret": 0}}]
         docs = self._call(lambda c: list(c.aggregate(pipeline)))
-        return [_record(d) for d in docs]
+        return readable_records(docs, _record)
 
     def _events(self, leases: Any) -> Any:
         return leases.database[f"{self.collection_name}_events"]
@@ -225,10 +260,11 @@ class MongoStore(LeaseStore):
             log.warning("could not trim the history of lease %s: %s", key, exc)
 
     # -- protocol -----------------------------------------------------------------
-    def acquire(self, key: str, holder: str, ttl: float, meta: Mapping[str, Any]) -> AcquireResult:
+    def acquire(self, key: str, holder: str, secret: str, ttl: float,
+                meta: Mapping[str, Any]) -> AcquireResult:
         meta_doc = json.loads(json.dumps(dict(meta), default=str))  # plain JSON, as elsewhere
         update = [{"$set": {
-            "holder": {"$literal": holder}, "token": NEXT_TOKEN,
+            "holder": {"$literal": holder}, "secret": {"$literal": secret}, "token": NEXT_TOKEN,
             "acquired_at": "$$NOW", "renewed_at": "$$NOW",
             "expires_at": {"$add": ["$$NOW", int(ttl * 1000)]},
             "meta": {"$literal": meta_doc},
@@ -239,39 +275,48 @@ class MongoStore(LeaseStore):
                 return_document=ReturnDocument.AFTER))
         except DuplicateKeyError:
             doc = None  # held: the upsert collided with the existing document
-        if doc is not None and doc.get("holder") == holder:
+        if doc is not None and doc.get("secret") == secret:
             record = _record(doc, doc["acquired_at"])
             self._add_event(key, "acquired", record.token, holder, {"meta": meta_doc})
-            if record.token % TRIM_EVERY == 0:
+            with self._lock:
+                self._grants += 1
+                trim = self._grants % TRIM_EVERY == 0
+            if trim:
                 self._trim(key)
             return AcquireResult(True, record)
         current = self._read({"_id": key})
+        if current.unreadable:
+            raise current.unreadable[0]
         return AcquireResult(False, current[0] if current else None)
 
-    def renew(self, key: str, holder: str, token: int, ttl: float) -> bool:
+    def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
         update = [{"$set": {"renewed_at": "$$NOW",
                             "expires_at": {"$add": ["$$NOW", int(ttl * 1000)]}}}]
         result = self._call(lambda c: c.update_one(
-            {"_id": key, "holder": holder, "token": token,
+            {"_id": key, "secret": secret, "token": token,
              "$expr": {"$gt": ["$expires_at", "$$NOW"]}}, update))
         return bool(result.matched_count == 1)
 
-    def release(self, key: str, holder: str, token: int) -> bool:
-        result = self._call(lambda c: c.update_one(
-            {"_id": key, "holder": holder, "token": token}, {"$set": {"holder": None}}))
-        if result.matched_count != 1:
+    def release(self, key: str, secret: str, token: int) -> bool:
+        before = self._call(lambda c: c.find_one_and_update(
+            {"_id": key, "secret": secret, "token": token},
+            {"$set": {"holder": None, "secret": None}}, projection={"holder": 1},
+            return_document=ReturnDocument.BEFORE))
+        if before is None:
             return False
-        self._add_event(key, "released", token, holder, {})
+        self._add_event(key, "released", token, before.get("holder"), {})
         return True
 
     def get(self, key: str) -> LeaseRecord | None:
         found = self._read({"_id": key})
+        if found.unreadable:
+            raise found.unreadable[0]
         return found[0] if found else None
 
     def force_release(self, key: str, by: str) -> LeaseRecord | None:
         # The stage reads "$holder" before it clears it: the document keeps
         # who was broken, when (server clock) and by whom.
-        update = [{"$set": {"holder": None, "broken": {
+        update = [{"$set": {"holder": None, "secret": None, "broken": {
             "holder": "$holder", "at": "$$NOW", "by": {"$literal": by}}}}]
         doc = self._call(lambda c: c.find_one_and_update(
             {"_id": key}, update, return_document=ReturnDocument.AFTER))
@@ -296,7 +341,7 @@ class MongoStore(LeaseStore):
         self._add_event(key, kind, token, holder, detail or {}, after_change=False)
 
     # Defined after every method annotated with ``list[...]`` (it shadows the builtin).
-    def list(self, prefix: str = "") -> list[LeaseRecord]:
+    def list(self, prefix: str = "") -> RecordList:
         return self._read({"_id": {"$regex": "^" + re.escape(prefix)}})
 
     def close(self) -> None:

@@ -2,9 +2,17 @@
 
 Expiry is judged on the server's ``clock_timestamp()``. Acquire is a single
 ``INSERT … ON CONFLICT … DO UPDATE … WHERE released-or-expired`` whose CTE
-also writes the history event, trims the history and, when the lease is busy,
-returns the current row: one round trip whether granted or busy. The row is
-never deleted, so the token counter survives release, expiry and takeover.
+also advances the token counter, writes the history event, trims the history
+and, when the lease is busy, returns the current row: one round trip whether
+granted or busy.
+
+Tokens: ``max(last + 1, clock_timestamp() in microseconds)``, where ``last``
+is kept in a counter table (``<table>_tokens``) apart from the lease row, so
+an operator's ``DELETE`` of a lease row never restarts a key's tokens, and
+the clock floor keeps tokens above every earlier grant even when the counter
+itself is lost (a promoted standby that had not replayed the last grants).
+The owner secret is a column no read selects. A database an older version
+made is migrated on connect (secret column, counters carried over).
 Release and break notify waiters (``pg_notify``) in the same statement.
 
 Round trips (one statement each, counted on the client): acquire 1, granted
@@ -33,8 +41,8 @@ from psycopg.types.json import Jsonb
 
 from ..core.config import mask_url, parse_url, query_options
 from ..core.errors import ConfigurationError, StoreUnavailable
-from ..core.record import AcquireResult, LeaseRecord
-from ..core.store import HISTORY_LIMIT, EventKind, LeaseEvent, LeaseStore
+from ..core.record import AcquireResult, LeaseRecord, meta_from_json, parse_field
+from ..core.store import HISTORY_LIMIT, EventKind, LeaseEvent, LeaseStore, RecordList, readable_records
 from ._pg_listener import Listener
 from ._pg_pool import Pool, watchdog
 
@@ -50,6 +58,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS {t} (
     key         text PRIMARY KEY,
     holder      text,
+    secret      text,
     token       bigint NOT NULL,
     acquired_at timestamptz NOT NULL,
     renewed_at  timestamptz NOT NULL,
@@ -66,6 +75,13 @@ CREATE TABLE IF NOT EXISTS {e} (
     detail jsonb NOT NULL DEFAULT '{{}}'
 );
 CREATE INDEX IF NOT EXISTS {ei} ON {e} (key, id);
+CREATE TABLE IF NOT EXISTS {c} (
+    key   text PRIMARY KEY,
+    token bigint NOT NULL
+);
+ALTER TABLE {t} ADD COLUMN IF NOT EXISTS secret text;
+INSERT INTO {c} (key, token) SELECT key, token FROM {t}
+ON CONFLICT (key) DO UPDATE SET token = GREATEST({c}.token, excluded.token);
 """
 
 COLUMNS = "key, holder, token, acquired_at, renewed_at, expires_at, meta"
@@ -81,18 +97,29 @@ TRIM = """DELETE FROM {e} WHERE key = %(key)s AND EXISTS (SELECT 1 FROM {changed
                OFFSET %(keep)s LIMIT 1)"""
 
 # Granted: the upsert's row. Busy: the upsert returns nothing and the second
-# branch returns the current row, read in the same statement.
+# branch returns the current row, read in the same statement. The next token
+# is floored by the counter table and the server's clock (microseconds), and
+# never below the row's own token (the row lock makes that one exact).
 ACQUIRE = f"""
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
+nxt AS MATERIALIZED (
+    SELECT now.t, GREATEST(COALESCE((SELECT token FROM {{c}} WHERE key = %(key)s), 0) + 1,
+                           (extract(epoch FROM now.t) * 1000000)::bigint) AS token FROM now
+),
 up AS (
-    INSERT INTO {{t}} AS l ({COLUMNS})
-    SELECT %(key)s, %(holder)s, 1, now.t, now.t, now.t + make_interval(secs => %(ttl)s),
-           %(meta)s FROM now
+    INSERT INTO {{t}} AS l (key, holder, secret, token, acquired_at, renewed_at, expires_at, meta)
+    SELECT %(key)s, %(holder)s, %(secret)s, nxt.token, nxt.t, nxt.t,
+           nxt.t + make_interval(secs => %(ttl)s), %(meta)s FROM nxt
     ON CONFLICT (key) DO UPDATE SET
-        holder = excluded.holder, token = l.token + 1, acquired_at = excluded.acquired_at,
+        holder = excluded.holder, secret = excluded.secret,
+        token = GREATEST(l.token + 1, excluded.token), acquired_at = excluded.acquired_at,
         renewed_at = excluded.renewed_at, expires_at = excluded.expires_at, meta = excluded.meta
     WHERE l.holder IS NULL OR l.expires_at <= excluded.acquired_at
     RETURNING {COLUMNS}
+),
+ctr AS (
+    INSERT INTO {{c}} AS c (key, token) SELECT key, token FROM up
+    ON CONFLICT (key) DO UPDATE SET token = GREATEST(c.token, excluded.token)
 ),
 ev AS (
     INSERT INTO {{e}} (key, kind, token, holder, at, detail)
@@ -108,17 +135,22 @@ WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM up)
 RENEW = """
 UPDATE {t} SET renewed_at = c.now, expires_at = c.now + make_interval(secs => %(ttl)s)
 FROM (SELECT clock_timestamp() AS now) c
-WHERE key = %(key)s AND holder = %(holder)s AND token = %(token)s AND expires_at > c.now
+WHERE key = %(key)s AND secret = %(secret)s AND holder IS NOT NULL AND token = %(token)s
+  AND expires_at > c.now
 """
 
+# The event names the public holder, read from the row the secret matched.
 RELEASE = """
 WITH r AS (
-    UPDATE {t} SET holder = NULL
-    WHERE key = %(key)s AND holder = %(holder)s AND token = %(token)s RETURNING key, token
+    UPDATE {t} l SET holder = NULL, secret = NULL
+    FROM (SELECT key, holder FROM {t} WHERE key = %(key)s AND secret = %(secret)s
+          AND holder IS NOT NULL AND token = %(token)s FOR UPDATE) old
+    WHERE l.key = old.key
+    RETURNING old.key, old.holder, l.token
 ),
 ev AS (
     INSERT INTO {e} (key, kind, token, holder, at, detail)
-    SELECT key, 'released', token, %(holder)s, clock_timestamp(), '{{}}' FROM r
+    SELECT key, 'released', token, holder, clock_timestamp(), '{{}}' FROM r
 )
 SELECT token, pg_notify(%(channel)s, key)::text FROM r
 """
@@ -126,7 +158,7 @@ SELECT token, pg_notify(%(channel)s, key)::text FROM r
 BREAK = f"""
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 b AS (
-    UPDATE {{t}} l SET holder = NULL
+    UPDATE {{t}} l SET holder = NULL, secret = NULL
     FROM (SELECT {COLUMNS} FROM {{t}} WHERE key = %(key)s FOR UPDATE) old
     WHERE l.key = old.key
     RETURNING old.key, old.holder, old.token, old.acquired_at, old.renewed_at,
@@ -157,7 +189,8 @@ SELECT key, kind, token, holder, at, detail FROM (
 
 def _record(row: tuple[Any, ...]) -> LeaseRecord:
     key, holder, token, acquired, renewed, expires, meta, now = row
-    return LeaseRecord(key, holder, int(token), acquired, renewed, expires, now, dict(meta or {}))
+    return LeaseRecord(key, holder, int(token), acquired, renewed, expires, now,
+                       parse_field(key, "meta", meta_from_json, meta))
 
 
 def _jsonb(value: Mapping[str, Any]) -> Jsonb:
@@ -234,7 +267,8 @@ class PostgresStore(LeaseStore):
 
     def _compose(self) -> dict[str, str]:
         names = {"t": sql.Identifier(self.table), "e": sql.Identifier(f"{self.table}_events"),
-                 "ei": sql.Identifier(f"{self.table}_events_by_key")}
+                 "ei": sql.Identifier(f"{self.table}_events_by_key"),
+                 "c": sql.Identifier(f"{self.table}_tokens")}
         queries = {"schema": SCHEMA, "acquire": ACQUIRE, "renew": RENEW, "release": RELEASE,
                    "break": BREAK, "add_event": ADD_EVENT, "get": GET, "list": LIST,
                    "history": HISTORY}
@@ -295,18 +329,26 @@ class PostgresStore(LeaseStore):
         """Create the tables on first use; a no-op (one read) when they exist,
         so a user without CREATE rights works on a migrated database."""
         names = [sql.Identifier(n).as_string(None)  # type: ignore[arg-type]
-                 for n in (self.table, f"{self.table}_events")]
+                 for n in (self.table, f"{self.table}_events", f"{self.table}_tokens",
+                           self.table)]
         with self._pool.connection() as conn, watchdog().guard(conn.fileno(), self.call_timeout):
             try:
-                row = conn.execute("SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) "
-                                   "IS NOT NULL", names).fetchone()
+                # Tables made by an older version lack the counter table and
+                # the secret column: migrate() adds them.
+                row = conn.execute(
+                    "SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL "
+                    "AND to_regclass(%s) IS NOT NULL AND EXISTS (SELECT 1 FROM pg_attribute "
+                    "WHERE attrelid = to_regclass(%s) AND attname = 'secret' "
+                    "AND NOT attisdropped)", names).fetchone()
             except psycopg.Error as exc:
                 raise self._unavailable("PostgreSQL error", exc) from None
         if not (row and row[0]):
             self.migrate()
 
     def migrate(self) -> None:
-        """Create the lease and history tables if missing. Safe when several
+        """Create the lease, history and counter tables if missing, or bring
+        an older version's tables up to date (the secret column; counters
+        copied from the lease rows, never lowered). Safe when several
         processes race: an advisory lock serialises the DDL (``IF NOT EXISTS``
         alone can still collide in the catalog)."""
         try:
@@ -319,12 +361,14 @@ class PostgresStore(LeaseStore):
             raise self._unavailable(f"cannot create the lease table {self.table!r}", exc) from None
 
     # -- protocol ---------------------------------------------------------------------
-    def acquire(self, key: str, holder: str, ttl: float, meta: Mapping[str, Any]) -> AcquireResult:
+    def acquire(self, key: str, holder: str, secret: str, ttl: float,
+                meta: Mapping[str, Any]) -> AcquireResult:
         if len(self._busy_since) > 10_000:  # only recent attempts matter to a waiter
             self._busy_since.clear()
         self._busy_since[(threading.get_ident(), key)] = self._busy_since[(None, key)] = \
             time.monotonic()
-        rows = self._run("acquire", {"key": key, "holder": holder, "ttl": float(ttl),
+        rows = self._run("acquire", {"key": key, "holder": holder, "secret": secret,
+                                     "ttl": float(ttl),
                                      "meta": _jsonb(meta), "keep": HISTORY_LIMIT - 1})
         if rows and rows[0][0]:
             self._busy_since.pop((threading.get_ident(), key), None)
@@ -336,13 +380,13 @@ class PostgresStore(LeaseStore):
             record = self.get(key)
         return AcquireResult(False, record)
 
-    def renew(self, key: str, holder: str, token: int, ttl: float) -> bool:
-        _, count = self._call("renew", {"key": key, "holder": holder, "token": token,
+    def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
+        _, count = self._call("renew", {"key": key, "secret": secret, "token": token,
                                         "ttl": float(ttl)})
         return count == 1
 
-    def release(self, key: str, holder: str, token: int) -> bool:
-        rows = self._run("release", {"key": key, "holder": holder, "token": token,
+    def release(self, key: str, secret: str, token: int) -> bool:
+        rows = self._run("release", {"key": key, "secret": secret, "token": token,
                                      "channel": self.channel, "keep": HISTORY_LIMIT - 1})
         return len(rows) == 1
 
@@ -366,8 +410,8 @@ class PostgresStore(LeaseStore):
                                 "detail": _jsonb(detail or {}), "keep": HISTORY_LIMIT - 1})
 
     # Defined after every other method annotated with ``list[...]`` (it shadows the builtin).
-    def list(self, prefix: str = "") -> list[LeaseRecord]:
-        return [_record(r) for r in self._run("list", {"prefix": prefix})]
+    def list(self, prefix: str = "") -> RecordList:
+        return readable_records(self._run("list", {"prefix": prefix}), _record)
 
     # -- waiting ------------------------------------------------------------------------
     def _get_listener(self) -> Listener:

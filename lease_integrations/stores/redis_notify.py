@@ -7,6 +7,15 @@ interval. Only one thread at a time uses the pub/sub connection (redis-py's
 ``PubSub`` is not made for concurrent readers); it reads in short slices and
 hands every message to the waiters through a condition variable, so waiters
 on different keys never steal each other's wake-ups.
+
+On a Redis Cluster the client is a ``RedisCluster`` and ``pubsub()`` gives
+redis-py's ``ClusterPubSub``, which opens its one connection on the node that
+owns the first channel's slot. Releases use plain ``PUBLISH``, which a Cluster
+forwards to every node, so that one connection hears releases of keys on every
+master. Sharded ``SPUBLISH``/``SSUBSCRIBE`` would keep the messages on one
+shard, but would need a subscription connection per shard (and Redis 7);
+releases are rare enough that the cluster-bus broadcast costs nothing
+noticeable.
 """
 
 from __future__ import annotations

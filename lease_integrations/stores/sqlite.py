@@ -7,6 +7,12 @@ short wait rather than an error; ``synchronous=FULL`` because a token counter
 that went backwards after a power cut would issue a token twice. Time is
 SQLite's own clock (``julianday('now')``), the one host clock every process
 on the host shares.
+
+The token counter lives in its own table (``lease_tokens``), apart from the
+lease row, so an operator's ``DELETE FROM leases WHERE key = ...`` never
+restarts a key's tokens. The owner secret is a column of the lease row that
+no read selects. A database made by an older version (no ``secret`` column,
+no counter table) is migrated on connect, its counters carried over.
 """
 
 from __future__ import annotations
@@ -23,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core.config import default_state_dir, parse_url, query_options
-from ..core.errors import ConfigurationError, StoreUnavailable
-from ..core.record import AcquireResult, LeaseRecord
-from ..core.store import HISTORY_LIMIT, EventKind, LeaseEvent, LeaseStore
+from ..core.errors import ConfigurationError, CorruptRecord, StoreUnavailable
+from ..core.record import AcquireResult, LeaseRecord, meta_from_json, parse_field
+from ..core.store import HISTORY_LIMIT, EventKind, LeaseEvent, LeaseStore, RecordList, readable_records
 
 NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
@@ -33,6 +39,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS leases (
     key         TEXT PRIMARY KEY,
     holder      TEXT,
+    secret      TEXT,
     token       INTEGER NOT NULL,
     acquired_at REAL NOT NULL,
     renewed_at  REAL NOT NULL,
@@ -49,24 +56,46 @@ CREATE TABLE IF NOT EXISTS lease_events (
     detail TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS lease_events_by_key ON lease_events (key, id);
+CREATE TABLE IF NOT EXISTS lease_tokens (
+    key   TEXT PRIMARY KEY,
+    token INTEGER NOT NULL
+);
 """
+#: Run once on a database an older version made: the secret column, and the
+#: counters carried over from the lease rows into the counter table.
+MIGRATE = [
+    "ALTER TABLE leases ADD COLUMN secret TEXT",
+    """INSERT INTO lease_tokens (key, token) SELECT key, token FROM leases WHERE true
+       ON CONFLICT (key) DO UPDATE SET token = max(lease_tokens.token, excluded.token)""",
+]
 
+# The next token comes from the counter table (and never below the row's own
+# token, for a row written before the counter existed); the caller then
+# writes the granted token back to the counter in the same transaction.
 ACQUIRE = f"""
-INSERT INTO leases (key, holder, token, acquired_at, renewed_at, expires_at, meta)
-VALUES (:key, :holder, 1, {NOW}, {NOW}, {NOW} + :ttl, :meta)
+INSERT INTO leases (key, holder, secret, token, acquired_at, renewed_at, expires_at, meta)
+VALUES (:key, :holder, :secret,
+        coalesce((SELECT token FROM lease_tokens WHERE key = :key), 0) + 1,
+        {NOW}, {NOW}, {NOW} + :ttl, :meta)
 ON CONFLICT (key) DO UPDATE SET
-    holder = excluded.holder, token = leases.token + 1,
+    holder = excluded.holder, secret = excluded.secret,
+    token = max(leases.token + 1, excluded.token),
     acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at,
     expires_at = excluded.expires_at, meta = excluded.meta
 WHERE leases.holder IS NULL OR leases.expires_at <= excluded.acquired_at
 RETURNING key, holder, token, acquired_at, renewed_at, expires_at, meta, {NOW}
 """
+COUNT = """INSERT INTO lease_tokens (key, token) VALUES (:key, :token)
+           ON CONFLICT (key) DO UPDATE SET token = max(lease_tokens.token, excluded.token)"""
 RENEW = f"""
 UPDATE leases SET renewed_at = {NOW}, expires_at = {NOW} + :ttl
-WHERE key = :key AND holder = :holder AND token = :token AND expires_at > {NOW}
+WHERE key = :key AND secret = :secret AND holder IS NOT NULL AND token = :token
+  AND expires_at > {NOW}
 """
-RELEASE = "UPDATE leases SET holder = NULL WHERE key = :key AND holder = :holder AND token = :token"
-BREAK = "UPDATE leases SET holder = NULL WHERE key = :key"
+OWNED = """SELECT holder FROM leases
+WHERE key = :key AND secret = :secret AND holder IS NOT NULL AND token = :token"""
+RELEASE = "UPDATE leases SET holder = NULL, secret = NULL WHERE key = :key"
+BREAK = "UPDATE leases SET holder = NULL, secret = NULL WHERE key = :key"
 SELECT = f"SELECT key, holder, token, acquired_at, renewed_at, expires_at, meta, {NOW} FROM leases"
 ADD_EVENT = f"""
 INSERT INTO lease_events (key, kind, token, holder, at, detail)
@@ -90,8 +119,19 @@ def _dt(seconds: float) -> datetime:
 
 def _record(row: tuple[Any, ...]) -> LeaseRecord:
     key, holder, token, acquired, renewed, expires, meta, now = row
-    return LeaseRecord(key, holder, int(token), _dt(acquired), _dt(renewed), _dt(expires),
-                       _dt(now), json.loads(meta))
+    if holder is not None and not isinstance(holder, str):
+        raise CorruptRecord(key, "holder", f"not text: {type(holder).__name__}")
+    return LeaseRecord(key, holder, parse_field(key, "token", _int, token),
+                       parse_field(key, "acquired_at", _dt, acquired),
+                       parse_field(key, "renewed_at", _dt, renewed),
+                       parse_field(key, "expires_at", _dt, expires),
+                       _dt(now), parse_field(key, "meta", meta_from_json, meta))
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"not an integer: {value!r}"[:80])
+    return value
 
 
 def path_from_url(url: str) -> Path:
@@ -130,7 +170,10 @@ class SqliteStore(LeaseStore):
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
         with self._transaction(immediate=False) as conn:
-            conn.executescript(SCHEMA)
+            current = self._schema_is_current(conn)
+        if not current:
+            with self._transaction() as conn:
+                self._ensure_schema(conn)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SqliteStore:
@@ -175,6 +218,32 @@ class SqliteStore(LeaseStore):
             except sqlite3.Error as exc:
                 raise StoreUnavailable(f"SQLite error: {exc}", url=self.url) from exc
 
+    @staticmethod
+    def _schema_is_current(conn: sqlite3.Connection) -> bool:
+        """True when every table and column exists: connect then takes no
+        write lock (another process may hold it for a while)."""
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(leases)")}
+        tables = {row[0] for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        return "secret" in columns and {"lease_events", "lease_tokens"} <= tables
+
+    @staticmethod
+    def _ensure_schema(conn: sqlite3.Connection) -> None:
+        """Create the tables, or migrate a database an older version made
+        (inside the caller's write transaction, so racing processes migrate
+        once). ``executescript`` would commit on its own: run statements one
+        by one instead."""
+        old = {row[1] for row in conn.execute("PRAGMA table_info(leases)")}
+        had_counters = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                                    "AND name = 'lease_tokens'").fetchone() is not None
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        if old and "secret" not in old:
+            conn.execute(MIGRATE[0])
+        if old and not had_counters:
+            conn.execute(MIGRATE[1])
+
     def _add_event(self, conn: sqlite3.Connection, key: str, kind: EventKind, token: int,
                    holder: str | None, detail: Mapping[str, Any] | None = None) -> None:
         conn.execute(ADD_EVENT, {"key": key, "kind": kind, "token": token, "holder": holder,
@@ -186,29 +255,33 @@ class SqliteStore(LeaseStore):
             conn.execute(TRIM_EVENTS, {"key": key, "keep": HISTORY_LIMIT})
 
     # -- protocol ---------------------------------------------------------------
-    def acquire(self, key: str, holder: str, ttl: float, meta: Mapping[str, Any]) -> AcquireResult:
+    def acquire(self, key: str, holder: str, secret: str, ttl: float,
+                meta: Mapping[str, Any]) -> AcquireResult:
         meta_json = json.dumps(dict(meta), default=str)
         with self._transaction() as conn:
-            row = conn.execute(ACQUIRE, {"key": key, "holder": holder, "ttl": ttl,
-                                         "meta": meta_json}).fetchone()
+            row = conn.execute(ACQUIRE, {"key": key, "holder": holder, "secret": secret,
+                                         "ttl": ttl, "meta": meta_json}).fetchone()
             if row is not None:
                 record = _record(row)
+                conn.execute(COUNT, {"key": key, "token": record.token})
                 self._add_event(conn, key, "acquired", record.token, holder, {"meta": record.meta})
                 return AcquireResult(True, record)
+            # Busy: a row that cannot be parsed raises CorruptRecord here.
             current = conn.execute(SELECT + " WHERE key = ?", (key,)).fetchone()
             return AcquireResult(False, _record(current) if current else None)
 
-    def renew(self, key: str, holder: str, token: int, ttl: float) -> bool:
+    def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
         with self._transaction() as conn:
-            cur = conn.execute(RENEW, {"key": key, "holder": holder, "token": token, "ttl": ttl})
+            cur = conn.execute(RENEW, {"key": key, "secret": secret, "token": token, "ttl": ttl})
             return cur.rowcount == 1
 
-    def release(self, key: str, holder: str, token: int) -> bool:
+    def release(self, key: str, secret: str, token: int) -> bool:
         with self._transaction() as conn:
-            cur = conn.execute(RELEASE, {"key": key, "holder": holder, "token": token})
-            if cur.rowcount != 1:
+            owned = conn.execute(OWNED, {"key": key, "secret": secret, "token": token}).fetchone()
+            if owned is None:
                 return False
-            self._add_event(conn, key, "released", token, holder)
+            conn.execute(RELEASE, {"key": key})
+            self._add_event(conn, key, "released", token, owned[0])
             return True
 
     def get(self, key: str) -> LeaseRecord | None:
@@ -216,13 +289,13 @@ class SqliteStore(LeaseStore):
             row = conn.execute(SELECT + " WHERE key = ?", (key,)).fetchone()
         return _record(row) if row else None
 
-    def list(self, prefix: str = "") -> builtins.list[LeaseRecord]:
+    def list(self, prefix: str = "") -> RecordList:
         pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         with self._transaction(immediate=False) as conn:
             rows = conn.execute(SELECT + " WHERE key LIKE ? ESCAPE '\\' ORDER BY key",
                                 (pattern,)).fetchall()
         # LIKE is case-insensitive for ASCII in SQLite: filter exactly here.
-        return [_record(r) for r in rows if r[0].startswith(prefix)]
+        return readable_records([r for r in rows if r[0].startswith(prefix)], _record)
 
     def force_release(self, key: str, by: str) -> LeaseRecord | None:
         with self._transaction() as conn:

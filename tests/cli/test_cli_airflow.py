@@ -47,7 +47,8 @@ def test_airflow_conn_reads_the_connection_the_tasks_use(tmp_path: Path, key: st
         pytest.skip(message)
     db = tmp_path / "airflow-leases.db"
     store = connect(f"sqlite://{db}")
-    assert store.acquire(key, "w:1:0000000000000001", 300, {"dag_id": "billing"}).granted
+    holder = "w:1:0000000000000001"
+    assert store.acquire(key, holder, holder, 300, {"dag_id": "billing"}).granted
     store.close()
     env = {k: v for k, v in os.environ.items() if k != "LEASE_STORE_URL"}
     env.update({"AIRFLOW_HOME": str(tmp_path / "airflow"),

@@ -30,37 +30,39 @@ def store(cli_url: str) -> Iterator[LeaseStore]:
 def test_break_without_yes_is_refused_and_changes_nothing(
     store: LeaseStore, cli_url: str, key: str, leasectl: Leasectl
 ) -> None:
-    assert store.acquire(key, HOLDER, 30, {"dag_id": "billing"}).granted
+    rec = store.acquire(key, HOLDER, HOLDER, 30, {"dag_id": "billing"}).record
+    assert rec is not None
     result = leasectl("--url", cli_url, "break", key)
     assert result.code == 4
-    assert "--yes" in result.err and HOLDER in result.err and "token 1" in result.err
+    assert "--yes" in result.err and HOLDER in result.err and f"token {rec.token}" in result.err
     record = store.get(key)
-    assert record is not None and (record.holder, record.token) == (HOLDER, 1)
+    assert record is not None and (record.holder, record.token) == (HOLDER, rec.token)
     assert [e.kind for e in store.history(key)] == ["acquired"]
 
 
 def test_break_with_yes_clears_the_holder_and_records_who(
     store: LeaseStore, cli_url: str, key: str, leasectl: Leasectl
 ) -> None:
-    assert store.acquire(key, HOLDER, 30, {}).granted
+    rec = store.acquire(key, HOLDER, HOLDER, 30, {}).record
+    assert rec is not None
     result = leasectl("--url", cli_url, "break", key, "--yes")
     assert result.code == 0, result.err
-    assert f"token 1 of {HOLDER}" in result.out
+    assert f"token {rec.token} of {HOLDER}" in result.out
     record = store.get(key)
-    assert record is not None and record.holder is None and record.token == 1
+    assert record is not None and record.holder is None and record.token == rec.token
     last = store.history(key)[-1]
-    assert (last.kind, last.token, last.holder) == ("broken", 1, HOLDER)
+    assert (last.kind, last.token, last.holder) == ("broken", rec.token, HOLDER)
     assert last.detail["by"] == f"{getpass.getuser()}@{socket.gethostname()}"
-    # The counter survived the break: the next grant gets token 2.
-    granted = store.acquire(key, "next:1:0000000000000001", 30, {})
-    assert granted.granted and granted.record is not None and granted.record.token == 2
+    # The counter survived the break: the next grant gets a greater token.
+    granted = store.acquire(key, "next:1:0000000000000001", "next:1:0000000000000001", 30, {})
+    assert granted.granted and granted.record is not None and granted.record.token > rec.token
 
 
 def test_break_json_and_not_held_and_unknown(
     store: LeaseStore, cli_url: str, key: str, leasectl: Leasectl
 ) -> None:
     assert leasectl("--url", cli_url, "break", key, "--yes").code == 1  # never acquired
-    assert store.acquire(key, HOLDER, 30, {}).granted
+    assert store.acquire(key, HOLDER, HOLDER, 30, {}).granted
     data = json.loads(leasectl("--url", cli_url, "break", key, "--yes", "--by", "ci",
                                "--json").out)
     assert (data["broken"], data["by"], data["before"]["holder"]) == (True, "ci", HOLDER)

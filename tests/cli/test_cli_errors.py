@@ -85,7 +85,7 @@ def test_a_working_store_url_is_printed_with_the_password_masked(
     url = redis_url.replace("redis://", f"redis://default:{SECRET}@", 1)
     store = connect(url)
     try:
-        assert store.acquire(key, "h:1:0000000000000001", 30, {}).granted
+        assert store.acquire(key, "h:1:0000000000000001", "h:1:0000000000000001", 30, {}).granted
     finally:
         store.close()
     for args in (("list", key), ("show", key), ("history", key), ("list", key, "--json"),
@@ -101,7 +101,7 @@ def test_url_comes_from_the_environment_then_the_embedded_default(
 ) -> None:
     env_db = tmp_path / "env.db"
     store = connect(f"sqlite://{env_db}")
-    assert store.acquire(key, "env:1:0000000000000001", 30, {}).granted
+    assert store.acquire(key, "env:1:0000000000000001", "env:1:0000000000000001", 30, {}).granted
     store.close()
     from_env = leasectl("list", "--json", env={"LEASE_STORE_URL": f"sqlite://{env_db}"})
     assert from_env.code == 0, from_env.err
@@ -115,7 +115,7 @@ def test_url_comes_from_the_environment_then_the_embedded_default(
     assert missing.code == exits.UNAVAILABLE and str(default_db) in missing.err
     default_db.parent.mkdir(parents=True)
     store = connect(f"sqlite://{default_db}")
-    assert store.acquire(f"{key}-default", "d:1:0000000000000001", 30, {}).granted
+    assert store.acquire(f"{key}-default", "d:1:0000000000000001", "d:1:0000000000000001", 30, {}).granted
     store.close()
     listed = leasectl("list", env=env)
     assert listed.code == 0, listed.err

@@ -4,6 +4,7 @@ against leases the test creates in a real store."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -31,9 +32,9 @@ def test_list_shows_held_expired_and_released_leases(
     try:
         done = LeaseLock(store, f"{key}/done", ttl=30.0, meta=PREFECT_META)
         done.release(done.acquire())
-        assert store.acquire(f"{key}/stale", GHOST, 0.5, {"host": "ghost-host"}).granted
+        assert store.acquire(f"{key}/stale", GHOST, GHOST, 0.5, {"host": "ghost-host"}).granted
         poll(lambda: store.get(f"{key}/stale").state == "expired", 10, "the stale lease to expire")  # type: ignore[union-attr]
-        assert store.acquire(f"{key}-elsewhere", GHOST, 30, {}).granted  # outside the prefix
+        assert store.acquire(f"{key}-elsewhere", GHOST, GHOST, 30, {}).granted  # outside the prefix
 
         text = leasectl("--url", cli_url, "list", f"{key}/")
         assert text.code == 0, text.err
@@ -41,7 +42,8 @@ def test_list_shows_held_expired_and_released_leases(
         rows = {r["KEY"]: r for r in table_rows(text.out, "KEY")}
         assert sorted(rows) == [f"{key}/done", f"{key}/held", f"{key}/stale"]
         held = rows[f"{key}/held"]
-        assert (held["STATE"], held["HOLDER"], held["TOKEN"]) == ("held", lease.holder, "1")
+        assert (held["STATE"], held["HOLDER"], held["TOKEN"]) == ("held", lease.holder,
+                                                                 str(lease.token))
         assert held["META"] == "dag=billing task=charge run=manual__1 try=2"
         assert held["EXPIRES IN"].endswith("s") and not held["EXPIRES IN"].startswith("expired")
         assert (rows[f"{key}/done"]["STATE"], rows[f"{key}/done"]["HOLDER"]) == ("released", "-")
@@ -54,7 +56,7 @@ def test_list_shows_held_expired_and_released_leases(
         leases = {item["key"]: item for item in json.loads(as_json.out)["leases"]}
         assert sorted(leases) == sorted(rows)
         h = leases[f"{key}/held"]
-        assert (h["state"], h["holder"], h["token"]) == ("held", lease.holder, 1)
+        assert (h["state"], h["holder"], h["token"]) == ("held", lease.holder, lease.token)
         assert {k: h["meta"][k] for k in AIRFLOW_META} == AIRFLOW_META
         assert h["expires_in_s"] > 0 and h["held_for_s"] >= 0
         assert leases[f"{key}/stale"]["expires_in_s"] <= 0
@@ -110,9 +112,11 @@ def test_show_and_history_of_an_unknown_key_exit_1(store: LeaseStore, cli_url: s
 def test_history_lists_grants_releases_and_breaks(store: LeaseStore, cli_url: str, key: str,
                                                   leasectl: Leasectl) -> None:
     alice, bob = "alice-host:11:00000000000000aa", "bob-host:22:00000000000000bb"
-    assert store.acquire(key, alice, 30, AIRFLOW_META).granted
-    assert store.release(key, alice, 1)
-    assert store.acquire(key, bob, 30, PREFECT_META).granted
+    first = store.acquire(key, alice, alice, 30, AIRFLOW_META).record
+    assert first is not None and store.release(key, alice, first.token)
+    second = store.acquire(key, bob, bob, 30, PREFECT_META).record
+    assert second is not None
+    t1, t2 = first.token, second.token
     broke = leasectl("--url", cli_url, "break", key, "--yes", "--by", "night-ops")
     assert broke.code == 0, broke.err
 
@@ -120,24 +124,24 @@ def test_history_lists_grants_releases_and_breaks(store: LeaseStore, cli_url: st
     assert result.code == 0, result.err
     rows = table_rows(result.out, "AT (UTC)")
     assert [(r["EVENT"], r["TOKEN"], r["HOLDER"]) for r in rows] == [
-        ("acquired", "1", alice), ("released", "1", alice),
-        ("acquired", "2", bob), ("broken", "2", bob)]
+        ("acquired", str(t1), alice), ("released", str(t1), alice),
+        ("acquired", str(t2), bob), ("broken", str(t2), bob)]
     assert rows[0]["DETAIL"] == "dag=billing task=charge run=manual__1 try=2"
     assert rows[3]["DETAIL"] == "by=night-ops"
     timeline = result.out.split("timeline:\n", 1)[1].splitlines()
     events = [line.split(None, 1)[1] for line in timeline if not line.strip().startswith("--")
               and not line.startswith("now:")]
-    assert events[0].startswith("#1    + granted to alice-host:11 (dag=billing")
-    assert events[1].startswith("#1    - released by alice-host:11, held ")
-    assert events[2].startswith("#2    + granted to bob-host:22 (flow=daily-report")
-    assert events[3].startswith("#2    ! BROKEN by night-ops (holder bob-host:22, held ")
-    assert result.out.rstrip().endswith("now: released (last token 2)")
+    assert re.match(rf"#{t1} +\+ granted to alice-host:11 \(dag=billing", events[0])
+    assert re.match(rf"#{t1} +- released by alice-host:11, held ", events[1])
+    assert re.match(rf"#{t2} +\+ granted to bob-host:22 \(flow=daily-report", events[2])
+    assert re.match(rf"#{t2} +! BROKEN by night-ops \(holder bob-host:22, held ", events[3])
+    assert result.out.rstrip().endswith(f"now: released (last token {t2})")
 
     data = json.loads(leasectl("--url", cli_url, "history", key, "--json").out)
     assert [(e["kind"], e["token"]) for e in data["events"]] == [
-        ("acquired", 1), ("released", 1), ("acquired", 2), ("broken", 2)]
+        ("acquired", t1), ("released", t1), ("acquired", t2), ("broken", t2)]
     assert data["events"][3]["detail"]["by"] == "night-ops"
-    assert data["current"]["holder"] is None and data["current"]["token"] == 2
+    assert data["current"]["holder"] is None and data["current"]["token"] == t2
 
     last_two = json.loads(leasectl("--url", cli_url, "history", key, "-n", "2", "--json").out)
     assert [e["kind"] for e in last_two["events"]] == ["acquired", "broken"]

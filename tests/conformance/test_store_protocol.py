@@ -7,6 +7,9 @@ here; a new store is done when this file passes for it.
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -14,7 +17,7 @@ from datetime import datetime
 
 import pytest
 
-from lease_integrations import LeaseRecord, LeaseStore
+from lease_integrations import LeaseBusy, LeaseLock, LeaseRecord, LeaseStore
 from lease_integrations.core.store import HISTORY_LIMIT
 
 TTL = 30.0  # long enough that nothing expires by accident under load
@@ -30,9 +33,15 @@ def until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "con
         time.sleep(0.02)
 
 
+def S(holder: str) -> str:
+    """The owner secret a test uses for ``holder``: distinct from the public
+    name, as LeaseLock's are."""
+    return f"secret-of-{holder}-4f1c9e"
+
+
 def grant(store: LeaseStore, key: str, holder: str, ttl: float = TTL,
           meta: dict[str, object] | None = None) -> LeaseRecord:
-    result = store.acquire(key, holder, ttl, meta or {})
+    result = store.acquire(key, holder, S(holder), ttl, meta or {})
     assert result.granted, f"expected {holder} to be granted {key}, store said {result.record}"
     assert result.record is not None
     return result.record
@@ -45,11 +54,13 @@ def expired(store: LeaseStore, key: str) -> bool:
 
 # -- acquire --------------------------------------------------------------------
 
-def test_first_acquire_grants_token_one_with_store_times(store: LeaseStore, key: str) -> None:
+def test_first_acquire_grants_a_positive_token_with_store_times(
+    store: LeaseStore, key: str
+) -> None:
     record = grant(store, key, "alice")
     assert record.key == key
     assert record.holder == "alice"
-    assert record.token == 1
+    assert record.token >= 1
     assert record.state == "held"
     for stamp in (record.acquired_at, record.renewed_at, record.expires_at, record.observed_at):
         assert isinstance(stamp, datetime) and stamp.tzinfo is not None
@@ -59,7 +70,7 @@ def test_first_acquire_grants_token_one_with_store_times(store: LeaseStore, key:
 
 def test_acquire_of_a_held_lease_is_busy_and_names_the_holder(store: LeaseStore, key: str) -> None:
     held = grant(store, key, "alice", meta={"dag_id": "billing"})
-    result = store.acquire(key, "bob", TTL, {})
+    result = store.acquire(key, "bob", S("bob"), TTL, {})
     assert not result.granted
     assert result.record is not None
     assert result.record.holder == "alice"
@@ -73,7 +84,7 @@ def test_acquire_of_a_held_lease_is_busy_and_names_the_holder(store: LeaseStore,
 
 def test_same_holder_cannot_take_a_held_lease_twice(store: LeaseStore, key: str) -> None:
     grant(store, key, "alice")
-    assert not store.acquire(key, "alice", TTL, {}).granted
+    assert not store.acquire(key, "alice", S("alice"), TTL, {}).granted
 
 
 def test_only_one_of_many_concurrent_acquires_wins(store: LeaseStore, key: str) -> None:
@@ -84,7 +95,7 @@ def test_only_one_of_many_concurrent_acquires_wins(store: LeaseStore, key: str) 
     def contend(name: str) -> None:
         try:
             start.wait(timeout=10)
-            if store.acquire(key, name, TTL, {}).granted:
+            if store.acquire(key, name, S(name), TTL, {}).granted:
                 winners.append(name)
         except BaseException as exc:  # surfaced below
             errors.append(exc)
@@ -97,30 +108,30 @@ def test_only_one_of_many_concurrent_acquires_wins(store: LeaseStore, key: str) 
     assert not errors, errors
     assert len(winners) == 1, winners
     record = store.get(key)
-    assert record is not None and record.holder == winners[0] and record.token == 1
+    assert record is not None and record.holder == winners[0] and record.token >= 1
 
 
 # -- tokens -----------------------------------------------------------------------
 
 def test_token_increments_after_release(store: LeaseStore, key: str) -> None:
     first = grant(store, key, "alice")
-    assert store.release(key, "alice", first.token)
+    assert store.release(key, S("alice"), first.token)
     second = grant(store, key, "bob")
-    assert second.token == first.token + 1
+    assert second.token > first.token
 
 
 def test_token_increments_after_expiry_takeover(store: LeaseStore, key: str) -> None:
     first = grant(store, key, "alice", ttl=SHORT_TTL)
-    assert not store.acquire(key, "bob", TTL, {}).granted
-    until(lambda: store.acquire(key, "bob", TTL, {}).granted, what="expiry by the store's clock")
+    assert not store.acquire(key, "bob", S("bob"), TTL, {}).granted
+    until(lambda: store.acquire(key, "bob", S("bob"), TTL, {}).granted, what="expiry by the store's clock")
     record = store.get(key)
-    assert record is not None and record.holder == "bob" and record.token == first.token + 1
+    assert record is not None and record.holder == "bob" and record.token > first.token
 
 
 def test_token_increments_after_force_release(store: LeaseStore, key: str) -> None:
     first = grant(store, key, "alice")
     store.force_release(key, by="operator")
-    assert grant(store, key, "bob").token == first.token + 1
+    assert grant(store, key, "bob").token > first.token
 
 
 def test_tokens_never_repeat_across_release_expiry_and_break(store: LeaseStore, key: str) -> None:
@@ -128,7 +139,7 @@ def test_tokens_never_repeat_across_release_expiry_and_break(store: LeaseStore, 
     for round_ in range(3):
         rec = grant(store, key, f"r{round_}")
         seen.append(rec.token)
-        assert store.release(key, f"r{round_}", rec.token)
+        assert store.release(key, S(f"r{round_}"), rec.token)
         rec = grant(store, key, f"b{round_}")
         seen.append(rec.token)
         store.force_release(key, by="test")
@@ -136,22 +147,22 @@ def test_tokens_never_repeat_across_release_expiry_and_break(store: LeaseStore, 
     seen.append(rec.token)
     until(lambda: expired(store, key), what="expiry")
     seen.append(grant(store, key, "last").token)
-    assert seen == list(range(1, len(seen) + 1))
+    assert seen == sorted(set(seen)), f"tokens must strictly increase: {seen}"
 
 
 def test_tokens_are_per_key(store: LeaseStore, key: str) -> None:
     a = grant(store, key + "-a", "alice")
     grant(store, key + "-b", "bob")
-    store.release(key + "-a", "alice", a.token)
-    assert grant(store, key + "-a", "carol").token == 2
-    assert grant(store, key + "-c", "dave").token == 1
+    store.release(key + "-a", S("alice"), a.token)
+    assert grant(store, key + "-a", "carol").token > a.token
+    assert grant(store, key + "-c", "dave").token >= 1
 
 
 # -- renew ------------------------------------------------------------------------
 
 def test_renew_by_the_holder_extends_the_lease(store: LeaseStore, key: str) -> None:
     first = grant(store, key, "alice", ttl=5.0)
-    assert store.renew(key, "alice", first.token, TTL)
+    assert store.renew(key, S("alice"), first.token, TTL)
     record = store.get(key)
     assert record is not None and record.holder == "alice" and record.token == first.token
     assert record.expires_at is not None and first.expires_at is not None
@@ -164,37 +175,37 @@ def test_renew_keeps_a_short_lease_alive_past_its_first_ttl(store: LeaseStore, k
     rec = grant(store, key, "alice", ttl=1.0)
     deadline = time.monotonic() + 2.5
     while time.monotonic() < deadline:
-        assert store.renew(key, "alice", rec.token, 1.0)
+        assert store.renew(key, S("alice"), rec.token, 1.0)
         time.sleep(0.2)
-    assert not store.acquire(key, "bob", TTL, {}).granted
+    assert not store.acquire(key, "bob", S("bob"), TTL, {}).granted
 
 
 def test_renew_with_wrong_holder_or_token_fails(store: LeaseStore, key: str) -> None:
     rec = grant(store, key, "alice")
-    assert not store.renew(key, "mallory", rec.token, TTL)
-    assert not store.renew(key, "alice", rec.token + 1, TTL)
-    assert not store.renew(key, "alice", rec.token - 1, TTL)
-    assert not store.renew(key + "-other", "alice", rec.token, TTL)
+    assert not store.renew(key, S("mallory"), rec.token, TTL)
+    assert not store.renew(key, S("alice"), rec.token + 1, TTL)
+    assert not store.renew(key, S("alice"), rec.token - 1, TTL)
+    assert not store.renew(key + "-other", S("alice"), rec.token, TTL)
     assert store.get(key + "-other") is None
 
 
 def test_renew_after_expiry_fails_and_never_resurrects(store: LeaseStore, key: str) -> None:
     rec = grant(store, key, "alice", ttl=SHORT_TTL)
     until(lambda: expired(store, key), what="expiry")
-    assert not store.renew(key, "alice", rec.token, TTL)
+    assert not store.renew(key, S("alice"), rec.token, TTL)
     record = store.get(key)
     assert record is not None and record.state != "held"
     taken = grant(store, key, "bob")
-    assert taken.token == rec.token + 1
+    assert taken.token > rec.token
 
 
 def test_renew_after_release_or_break_fails(store: LeaseStore, key: str) -> None:
     rec = grant(store, key, "alice")
-    assert store.release(key, "alice", rec.token)
-    assert not store.renew(key, "alice", rec.token, TTL)
+    assert store.release(key, S("alice"), rec.token)
+    assert not store.renew(key, S("alice"), rec.token, TTL)
     rec2 = grant(store, key, "bob")
     store.force_release(key, by="operator")
-    assert not store.renew(key, "bob", rec2.token, TTL)
+    assert not store.renew(key, S("bob"), rec2.token, TTL)
     record = store.get(key)
     assert record is not None and record.state == "released"
 
@@ -203,17 +214,17 @@ def test_renew_after_release_or_break_fails(store: LeaseStore, key: str) -> None
 
 def test_release_clears_the_holder_but_keeps_the_record(store: LeaseStore, key: str) -> None:
     rec = grant(store, key, "alice")
-    assert store.release(key, "alice", rec.token)
+    assert store.release(key, S("alice"), rec.token)
     record = store.get(key)
     assert record is not None
     assert record.state == "released" and record.holder is None and record.token == rec.token
-    assert not store.release(key, "alice", rec.token), "a second release must report nothing done"
+    assert not store.release(key, S("alice"), rec.token), "a second release must report nothing done"
 
 
 def test_release_with_wrong_holder_or_token_changes_nothing(store: LeaseStore, key: str) -> None:
     rec = grant(store, key, "alice")
-    assert not store.release(key, "mallory", rec.token)
-    assert not store.release(key, "alice", rec.token + 1)
+    assert not store.release(key, S("mallory"), rec.token)
+    assert not store.release(key, S("alice"), rec.token + 1)
     record = store.get(key)
     assert record is not None and record.holder == "alice" and record.state == "held"
 
@@ -222,19 +233,51 @@ def test_release_by_a_former_holder_leaves_the_new_holder_untouched(
     store: LeaseStore, key: str
 ) -> None:
     old = grant(store, key, "alice", ttl=SHORT_TTL)
-    until(lambda: store.acquire(key, "bob", TTL, {}).granted, what="takeover after expiry")
-    assert not store.release(key, "alice", old.token)
+    until(lambda: store.acquire(key, "bob", S("bob"), TTL, {}).granted, what="takeover after expiry")
+    assert not store.release(key, S("alice"), old.token)
     record = store.get(key)
     assert record is not None and record.holder == "bob" and record.state == "held"
-    assert record.token == old.token + 1
-    assert not store.acquire(key, "carol", TTL, {}).granted
+    assert record.token > old.token
+    assert not store.acquire(key, "carol", S("carol"), TTL, {}).granted
 
 
 def test_release_of_an_expired_untaken_lease_by_its_holder(store: LeaseStore, key: str) -> None:
     rec = grant(store, key, "alice", ttl=SHORT_TTL)
     until(lambda: expired(store, key), what="expiry")
-    store.release(key, "alice", rec.token)  # may report either; must not break the key
-    assert grant(store, key, "bob").token == rec.token + 1
+    store.release(key, S("alice"), rec.token)  # may report either; must not break the key
+    assert grant(store, key, "bob").token > rec.token
+
+
+# -- identity: the public name proves nothing ------------------------------------------
+
+def test_nothing_a_contender_sees_renews_or_releases_anothers_lease(
+    store: LeaseStore, key: str
+) -> None:
+    """The holder name, token and meta are public (LeaseBusy, get, list,
+    history, leasectl); only the owner secret renews or releases."""
+    rec = grant(store, key, "alice", meta={"host": "w1", "pid": 7, "run_id": "r1"})
+    busy = store.acquire(key, "mallory", S("mallory"), TTL, {})
+    seen = busy.record
+    assert seen is not None and seen.holder == "alice"
+    listed = store.list(key)[0]
+    events = store.history(key)
+    visible = {seen.holder, str(seen.token), *map(str, seen.meta.values()),
+               *(str(e.holder) for e in events), listed.holder or ""}
+    for guess in sorted(visible):
+        assert not store.renew(key, guess, seen.token, TTL), f"renewed with {guess!r}"
+        assert not store.release(key, guess, seen.token), f"released with {guess!r}"
+    assert not store.release(key, "", seen.token)
+    current = store.get(key)
+    assert current is not None and current.holder == "alice" and current.state == "held"
+    assert current.token == rec.token
+    # The secret is stored but never handed out.
+    for shown in (repr(seen), repr(current), repr(listed), repr(events), repr(busy)):
+        assert S("alice") not in shown
+    assert not any(S("alice") in repr(e.detail) for e in events)
+    # Only the operator's break touches it, and history says it was a break.
+    store.force_release(key, by="ops@console")
+    assert [e.kind for e in store.history(key)] == ["acquired", "broken"]
+    assert store.history(key)[-1].holder == "alice"
 
 
 # -- records, get and list ---------------------------------------------------------
@@ -250,7 +293,7 @@ def test_meta_round_trips(store: LeaseStore, key: str) -> None:
     grant(store, key, "alice", meta=meta)
     record = store.get(key)
     assert record is not None and record.meta == meta
-    busy = store.acquire(key, "bob", TTL, {})
+    busy = store.acquire(key, "bob", S("bob"), TTL, {})
     assert busy.record is not None and busy.record.meta == meta
 
 
@@ -276,7 +319,7 @@ def test_list_filters_by_prefix_and_sorts_by_key(store: LeaseStore, key: str) ->
     for suffix in ("b", "a", "c"):
         grant(store, f"{key}-{suffix}", "alice")
     rec = grant(store, f"{key}x-other", "alice")
-    store.release(f"{key}x-other", "alice", rec.token)
+    store.release(f"{key}x-other", S("alice"), rec.token)
     listed = store.list(f"{key}-")
     assert [r.key for r in listed] == [f"{key}-a", f"{key}-b", f"{key}-c"]
     assert all(r.state == "held" for r in listed)
@@ -293,7 +336,7 @@ def test_force_release_breaks_any_holder_and_returns_the_record(store: LeaseStor
     assert before is not None and before.holder == "alice" and before.token == rec.token
     record = store.get(key)
     assert record is not None and record.state == "released" and record.token == rec.token
-    assert not store.release(key, "alice", rec.token)
+    assert not store.release(key, S("alice"), rec.token)
     assert store.force_release(key + "-never", by="ops") is None
 
 
@@ -301,14 +344,14 @@ def test_force_release_breaks_any_holder_and_returns_the_record(store: LeaseStor
 
 def test_history_records_grants_releases_breaks_and_losses(store: LeaseStore, key: str) -> None:
     a = grant(store, key, "alice")
-    store.release(key, "alice", a.token)
+    store.release(key, S("alice"), a.token)
     b = grant(store, key, "bob")
     store.force_release(key, by="ops@console")
     store.record_event(key, "lost", "bob", b.token, {"reason": "renewal refused"})
     events = store.history(key)
     assert [(e.kind, e.token, e.holder) for e in events] == [
-        ("acquired", 1, "alice"), ("released", 1, "alice"),
-        ("acquired", 2, "bob"), ("broken", 2, "bob"), ("lost", 2, "bob"),
+        ("acquired", a.token, "alice"), ("released", a.token, "alice"),
+        ("acquired", b.token, "bob"), ("broken", b.token, "bob"), ("lost", b.token, "bob"),
     ]
     assert events[3].detail.get("by") == "ops@console"
     assert events[4].detail.get("reason") == "renewal refused"
@@ -321,10 +364,10 @@ def test_history_records_grants_releases_breaks_and_losses(store: LeaseStore, ke
 def test_history_is_bounded_per_key(store: LeaseStore, key: str) -> None:
     for i in range(HISTORY_LIMIT // 2 + 5):
         rec = grant(store, key, f"h{i}")
-        store.release(key, f"h{i}", rec.token)
+        store.release(key, S(f"h{i}"), rec.token)
     events = store.history(key, limit=HISTORY_LIMIT * 2)
     assert len(events) <= HISTORY_LIMIT
-    assert events[-1].kind == "released" and events[-1].token == HISTORY_LIMIT // 2 + 5
+    assert events[-1].kind == "released" and events[-1].token == rec.token
 
 
 # -- waiting -----------------------------------------------------------------------------
@@ -352,9 +395,33 @@ def test_a_notifying_store_wakes_waiters_on_release(store: LeaseStore, key: str)
     thread.start()
     for i in range(100):  # the waiter subscribes inside wait_for_release: retry a few times
         rec = grant(store, key, f"n{i}")
-        assert store.release(key, f"n{i}", rec.token)
+        assert store.release(key, S(f"n{i}"), rec.token)
         if woken.wait(0.1):
             break
     stop.set()
     thread.join(timeout=5)
     assert woken.is_set(), "a release never woke the waiter"
+
+
+def test_lease_lock_uses_a_readable_name_and_never_shows_its_secret(
+    store: LeaseStore, key: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What LeaseLock puts in the store: the name ``host:pid`` for everyone,
+    a fresh 128-bit secret that only the holding process ever sees."""
+    caplog.set_level(logging.DEBUG, logger="lease_integrations")
+    lock = LeaseLock(store, key, ttl=TTL)
+    with lock.hold() as lease:
+        assert lease.holder == f"{socket.gethostname()}:{os.getpid()}"
+        assert len(lease.secret) == 32 and int(lease.secret, 16) >= 0
+        with pytest.raises(LeaseBusy) as busy:
+            LeaseLock(store, key, ttl=TTL).acquire(wait=0)
+        assert busy.value.holder == lease.holder
+        assert not store.renew(key, lease.holder, lease.token, TTL)
+        assert not store.release(key, lease.holder, lease.token)
+        assert store.renew(key, lease.secret, lease.token, TTL)
+        shown = [repr(lease), repr(lock), str(busy.value), repr(store.get(key)),
+                 repr(store.list(key)), repr(store.history(key)), caplog.text]
+    shown.append(repr(store.history(key)))
+    assert not any(lease.secret in text for text in shown)
+    record = store.get(key)
+    assert record is not None and record.state == "released"

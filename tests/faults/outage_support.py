@@ -53,5 +53,5 @@ def assert_still_held(holder: Holder, rival: LeaseStore, key: str) -> None:
     record = rival.get(key)
     assert record is not None and record.state == "held"
     assert (record.holder, record.token) == (holder.lease.holder, holder.lease.token)
-    assert not rival.acquire(key, "rival", 30, {}).granted
+    assert not rival.acquire(key, "rival", "rival", 30, {}).granted
 

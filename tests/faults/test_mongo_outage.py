@@ -42,7 +42,7 @@ def stores(private_mongo: MongoWireServer,
 def rival_acquire(rival: LeaseStore, key: str) -> bool:
     """One attempt; a store still rediscovering the server counts as "not yet"."""
     try:
-        return rival.acquire(key, "rival", 30, {}).granted
+        return rival.acquire(key, "rival", "rival", 30, {}).granted
     except StoreUnavailable:
         return False
 
@@ -82,8 +82,8 @@ def test_a_restart_inside_the_trust_window_keeps_the_lease(
           "renewal after restart")
     assert_still_held(holder, rival, key)
     assert holder.lock.release(holder.lease)
-    taken = rival.acquire(key, "rival", 30, {}).record
-    assert taken is not None and taken.token == holder.lease.token + 1
+    taken = rival.acquire(key, "rival", "rival", 30, {}).record
+    assert taken is not None and taken.token > holder.lease.token
 
 
 def test_a_pause_past_the_trust_window_loses_the_lease_before_the_store_expires_it(
@@ -114,6 +114,6 @@ def test_a_pause_past_the_trust_window_loses_the_lease_before_the_store_expires_
         server.resume()
     until(lambda: rival_acquire(rival, key), 30.0, "the rival's grant")
     taken = rival.get(key)
-    assert taken is not None and taken.holder == "rival" and taken.token == holder.lease.token + 1
-    assert not store.renew(key, holder.lease.holder, holder.lease.token, 4.0)
+    assert taken is not None and taken.holder == "rival" and taken.token > holder.lease.token
+    assert not store.renew(key, holder.lease.secret, holder.lease.token, 4.0)
     holder.lock.release(holder.lease)

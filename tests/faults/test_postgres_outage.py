@@ -69,8 +69,8 @@ def test_a_restart_inside_the_trust_window_keeps_the_lease(
           "renewal after restart")
     assert_still_held(holder, rival, key)
     assert holder.lock.release(holder.lease)
-    taken = rival.acquire(key, "rival", 30, {}).record
-    assert taken is not None and taken.token == holder.lease.token + 1
+    taken = rival.acquire(key, "rival", "rival", 30, {}).record
+    assert taken is not None and taken.token > holder.lease.token
 
 
 def test_a_pause_past_the_trust_window_loses_the_lease_before_the_store_expires_it(
@@ -101,10 +101,10 @@ def test_a_pause_past_the_trust_window_loses_the_lease_before_the_store_expires_
         server.resume()
     # Back up: the lease expires by the server's clock (a renewal sent before
     # the pause may still extend it once), then a rival gets the next token.
-    until(lambda: rival.acquire(key, "rival", 30, {}).granted, 30.0, "the rival's grant")
+    until(lambda: rival.acquire(key, "rival", "rival", 30, {}).granted, 30.0, "the rival's grant")
     taken = rival.get(key)
-    assert taken is not None and taken.holder == "rival" and taken.token == holder.lease.token + 1
-    assert not store.renew(key, holder.lease.holder, holder.lease.token, 4.0)
+    assert taken is not None and taken.holder == "rival" and taken.token > holder.lease.token
+    assert not store.renew(key, holder.lease.secret, holder.lease.token, 4.0)
     holder.lock.release(holder.lease)
 
 
@@ -120,7 +120,7 @@ def test_a_server_down_past_the_trust_window_loses_the_lease(
         assert "trust window" in (holder.lease.lost_reason or "")
     finally:
         server.start()
-    until(lambda: rival.acquire(key, "rival", 30, {}).granted, 30.0, "the rival's grant")
+    until(lambda: rival.acquire(key, "rival", "rival", 30, {}).granted, 30.0, "the rival's grant")
     taken = rival.get(key)
-    assert taken is not None and taken.token == holder.lease.token + 1
+    assert taken is not None and taken.token > holder.lease.token
     holder.lock.release(holder.lease)

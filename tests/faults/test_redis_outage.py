@@ -60,7 +60,7 @@ def test_a_pause_inside_the_trust_window_keeps_the_lease(
     record = rival.get(key)
     assert record is not None and record.state == "held"
     assert (record.holder, record.token) == (holder.lease.holder, holder.lease.token)
-    assert not rival.acquire(key, "rival", 30, {}).granted
+    assert not rival.acquire(key, "rival", "rival", 30, {}).granted
     assert holder.lock.release(holder.lease)
 
 
@@ -92,10 +92,10 @@ def test_a_pause_past_the_trust_window_loses_the_lease_before_the_store_expires_
         server.resume()
     # Back up: the lease expires on the server (a renewal queued before the
     # pause may still extend it once), then a rival gets the next token.
-    until(lambda: rival.acquire(key, "rival", 30, {}).granted, 30.0, "the rival's grant")
+    until(lambda: rival.acquire(key, "rival", "rival", 30, {}).granted, 30.0, "the rival's grant")
     taken = rival.get(key)
-    assert taken is not None and taken.holder == "rival" and taken.token == holder.lease.token + 1
-    assert not store.renew(key, holder.lease.holder, holder.lease.token, 4.0)
+    assert taken is not None and taken.holder == "rival" and taken.token > holder.lease.token
+    assert not store.renew(key, holder.lease.secret, holder.lease.token, 4.0)
     holder.lock.release(holder.lease)
 
 
@@ -118,7 +118,7 @@ def test_a_restart_with_persistence_inside_the_window_keeps_the_lease(
     assert record is not None and record.state == "held"
     assert (record.holder, record.token) == (holder.lease.holder, holder.lease.token)
     assert holder.lock.release(holder.lease)
-    assert rival.acquire(key, "rival", 30, {}).record.token == holder.lease.token + 1  # type: ignore[union-attr]
+    assert rival.acquire(key, "rival", "rival", 30, {}).record.token > holder.lease.token  # type: ignore[union-attr]
 
 
 def test_a_restart_without_persistence_tells_the_holder_at_once(

@@ -12,7 +12,10 @@ Rules checked per key (issue 5):
   3. the fenced resource never accepted a token older than one it had
      already accepted;
   4. the token counter read from the store never goes backwards, and ends at
-     the newest token granted (no record lost or corrupted).
+     the newest token granted (no record lost or corrupted);
+  5. no token is granted twice, whatever happened between the two grants
+     (failover to a lagging replica, eviction, FLUSHALL, a deleted row): the
+     issue-13 rule, checked over the whole run, not just neighbours.
 """
 
 from __future__ import annotations
@@ -71,12 +74,13 @@ class Verdict:
     rule2: list[str] = field(default_factory=list)
     rule3: list[str] = field(default_factory=list)
     rule4: list[str] = field(default_factory=list)
+    rule5: list[str] = field(default_factory=list)
     writes_accepted: int = 0
     stale_writes_rejected: int = 0
 
     @property
     def violations(self) -> list[str]:
-        return self.rule1 + self.rule2 + self.rule3 + self.rule4
+        return self.rule1 + self.rule2 + self.rule3 + self.rule4 + self.rule5
 
     def summary(self) -> str:
         return (f"{len(self.grants)} grants, {len(self.overlaps_explained)} overlaps (all explained: "
@@ -115,6 +119,19 @@ def _pauses(events: list[dict[str, Any]]) -> dict[int, list[tuple[int, int]]]:
     return spans
 
 
+def tokens_granted_twice(grants: Iterable[tuple[int, str]]) -> list[str]:
+    """Rule 5 on its own: every token granted more than once, naming both
+    grantees. ``grants`` are (token, who) pairs in any order."""
+    first: dict[int, str] = {}
+    found: list[str] = []
+    for token, who in grants:
+        if token in first:
+            found.append(f"token {token} granted twice: to {first[token]} and to {who}")
+        else:
+            first[token] = who
+    return found
+
+
 def check(events: list[dict[str, Any]], accepted_tokens: list[int],
           counter_samples: list[int], final_token: int | None) -> Verdict:
     """Judge one run. ``accepted_tokens`` is the fenced resource's log, in
@@ -128,6 +145,9 @@ def check(events: list[dict[str, Any]], accepted_tokens: list[int],
     for a, b in itertools.pairwise(grants):
         if b.token <= a.token:
             verdict.rule1.append(f"token {b.token} ({b.worker}) granted after {a.token} ({a.worker})")
+
+    # rule 5: no token granted twice (anywhere in the run)
+    verdict.rule5 = tokens_granted_twice((g.token, g.worker) for g in grants)
 
     # rule 2: overlaps must be explained by an injected pause or cut of the earlier holder
     pauses = _pauses(events)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from history import check
+from history import check, tokens_granted_twice
 
 
 def ev(t: int, ev: str, worker: str, pid: int, **data: Any) -> dict[str, Any]:
@@ -78,3 +78,15 @@ def test_counter_going_back_or_forgetting_a_grant_breaks_rule_4() -> None:
     assert check(GOOD, [1, 2], [2, 1], 2).rule4
     assert check(GOOD, [1, 2], [1, 2], 1).rule4
     assert check(GOOD, [1, 2], [1, 2], None).rule4
+
+
+def test_a_token_granted_twice_breaks_rule_5_even_far_apart() -> None:
+    """Failover to a lagging replica: tokens 4, 5, 6 granted again after 6."""
+    reissued = [ev(t, "acquire", f"w{t}", t, token=tok) for t, tok in
+                enumerate([1, 2, 3, 4, 5, 6, 4, 5, 6], start=1)]
+    verdict = check(reissued, [], [], 6)
+    assert verdict.rule5 == ["token 4 granted twice: to w4 and to w7",
+                             "token 5 granted twice: to w5 and to w8",
+                             "token 6 granted twice: to w6 and to w9"]
+    assert check(GOOD, [1, 2], [1, 1, 2], 2).rule5 == []
+    assert tokens_granted_twice([(7, "a"), (9, "b")]) == []

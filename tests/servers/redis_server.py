@@ -63,7 +63,9 @@ class RedisServer:
     """One redis-server process; `stop`/`start` keep the same port and data dir,
     `pause`/`resume` freeze it with SIGSTOP/SIGCONT (a hung server, TCP kept)."""
 
-    def __init__(self, directory: Path, *, persistent: bool = False, tls: bool = False) -> None:
+    def __init__(self, directory: Path, *, persistent: bool = False, tls: bool = False,
+                 extra_args: tuple[str, ...] = ()) -> None:
+        self.extra_args = extra_args  # more redis-server options (cluster mode, replicaof)
         self.binary = os.environ.get(SERVER_ENV) or DEFAULT_BINARY
         if not Path(self.binary).is_file():
             raise FileNotFoundError(f"redis-server not found at {self.binary} (set ${SERVER_ENV})")
@@ -100,7 +102,8 @@ class RedisServer:
                       "--tls-ca-cert-file", str(self.tls_cert), "--tls-auth-clients", "no"]
         args = [self.binary, *listen, "--bind", "127.0.0.1",
                 "--dir", str(self.directory), "--save", "", *persistence,
-                "--daemonize", "no", "--logfile", str(self.directory / "redis.log")]
+                "--daemonize", "no", "--logfile", str(self.directory / "redis.log"),
+                *self.extra_args]
         self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + START_TIMEOUT

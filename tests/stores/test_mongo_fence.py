@@ -83,9 +83,9 @@ def test_lease_tokens_fence_a_late_holder(mongo_url: str, orders: Collection[dic
                                           key: str) -> None:
     fence = MongoFence()
     with connect(mongo_url) as store:
-        old = store.acquire(key, "old", 30, {}).record
+        old = store.acquire(key, "old", "old", 30, {}).record
         assert old is not None and store.force_release(key, by="ops") is not None
-        new = store.acquire(key, "new", 30, {}).record
+        new = store.acquire(key, "new", "new", 30, {}).record
         assert new is not None
         fence.update_one(orders, {"_id": 42}, {"$set": {"by": "new"}}, new.token)
         with pytest.raises(StaleToken):

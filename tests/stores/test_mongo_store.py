@@ -103,7 +103,7 @@ def test_a_server_that_never_answers_fails_within_the_timeouts() -> None:
 def test_write_concern_defaults_to_majority_and_the_url_can_change_it(mongo_url: str) -> None:
     with MongoStore.from_url(mongo_url) as store:
         assert store._collection().write_concern.document == {"w": "majority", "wtimeout": 5000}
-        assert store.acquire("wc-majority", "alice", 30, {}).granted  # the server accepts it
+        assert store.acquire("wc-majority", "alice", "alice", 30, {}).granted  # the server accepts it
     with MongoStore.from_url(with_option(mongo_url, "w=1")) as store:
         assert store._collection().write_concern.document.get("w") == 1
 
@@ -111,13 +111,13 @@ def test_write_concern_defaults_to_majority_and_the_url_can_change_it(mongo_url:
 def test_collection_option_keeps_stores_apart(mongo_url: str, key: str) -> None:
     with connect(with_option(mongo_url, "collection=team_a")) as a, \
             connect(with_option(mongo_url, "collection=team_b")) as b:
-        assert a.acquire(key, "alice", 30, {}).granted
-        assert b.acquire(key, "bob", 30, {}).granted
+        assert a.acquire(key, "alice", "alice", 30, {}).granted
+        assert b.acquire(key, "bob", "bob", 30, {}).granted
 
 
 def test_document_is_kept_and_expires_at_stays_a_date(mongo: LeaseStore, mongo_url: str,
                                                       key: str) -> None:
-    rec = mongo.acquire(key, "alice", 30, {"dag_id": "d"}).record
+    rec = mongo.acquire(key, "alice", "alice", 30, {"dag_id": "d"}).record
     assert rec is not None and mongo.release(key, "alice", rec.token)
     mongo.force_release(key, by="ops")
     client: MongoClient[dict[str, Any]] = MongoClient(mongo_url)
@@ -135,16 +135,16 @@ def test_sends_per_operation(mongo_url: str, key: str) -> None:
     with MongoStore.from_url(mongo_url, event_listeners=[sends]) as store:
         store.get(key)  # the pool is open and authenticated from here on
         granted: list[Any] = []
-        assert sends.during(lambda: granted.append(store.acquire(key, "alice", 30, {}))) == \
+        assert sends.during(lambda: granted.append(store.acquire(key, "alice", "alice", 30, {}))) == \
             ["findAndModify", "update"]  # the conditional upsert, then the history event
         rec = granted[0].record
         busy: list[Any] = []
-        assert sends.during(lambda: busy.append(store.acquire(key, "bob", 30, {}))) == \
+        assert sends.during(lambda: busy.append(store.acquire(key, "bob", "bob", 30, {}))) == \
             ["findAndModify", "aggregate"]  # DuplicateKeyError, then the current record
         assert not busy[0].granted and busy[0].record.holder == "alice"
         assert sends.during(lambda: store.renew(key, "alice", rec.token, 30)) == ["update"]
         assert sends.during(lambda: store.release(key, "alice", rec.token)) == \
-            ["update", "update"]
+            ["findAndModify", "update"]  # the conditional clear (names the holder), the event
         assert sends.during(lambda: store.get(key)) == ["aggregate"]
 
 
@@ -152,7 +152,7 @@ def test_history_is_trimmed_to_the_limit(mongo: LeaseStore, mongo_url: str, key:
     from lease_integrations.core.store import HISTORY_LIMIT
 
     for i in range(HISTORY_LIMIT // 2 + TRIM_EVERY):
-        rec = mongo.acquire(key, f"h{i}", 30, {}).record
+        rec = mongo.acquire(key, f"h{i}", f"h{i}", 30, {}).record
         assert rec is not None
         mongo.release(key, f"h{i}", rec.token)
     client: MongoClient[dict[str, Any]] = MongoClient(mongo_url)
@@ -167,7 +167,7 @@ def test_history_is_trimmed_to_the_limit(mongo: LeaseStore, mongo_url: str, key:
 def test_a_paused_server_cannot_hang_a_call(private_mongo: MongoWireServer, key: str) -> None:
     url = with_option(private_mongo.url, "socketTimeoutMS=500&serverSelectionTimeoutMS=500")
     with connect(url) as store:
-        rec = store.acquire(key, "alice", 30, {}).record
+        rec = store.acquire(key, "alice", "alice", 30, {}).record
         assert rec is not None
         private_mongo.pause()
         try:
@@ -189,25 +189,25 @@ def test_counter_survives_a_server_restart(private_mongo: MongoWireServer, key: 
     with connect(private_mongo.url) as store:
         tokens = []
         for name in ("a", "b", "c"):
-            rec = store.acquire(key, name, 30, {}).record
+            rec = store.acquire(key, name, name, 30, {}).record
             assert rec is not None
             tokens.append(rec.token)
             store.release(key, name, rec.token)
         private_mongo.stop()
         private_mongo.start()  # same port, same SQLite file
-        rec = store.acquire(key, "d", 30, {}).record
-        assert rec is not None and rec.token == tokens[-1] + 1
-        assert tokens == [1, 2, 3]
+        rec = store.acquire(key, "d", "d", 30, {}).record
+        assert rec is not None and rec.token > tokens[-1]
+        assert tokens == sorted(set(tokens))
 
 
 def test_store_works_in_a_forked_child_and_parent(mongo: LeaseStore, key: str) -> None:
-    rec = mongo.acquire(key, "parent", 30, {}).record
+    rec = mongo.acquire(key, "parent", "parent", 30, {}).record
     assert rec is not None
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: makes its own client (pymongo clients must not cross a fork)
         try:
-            busy = mongo.acquire(key, "child", 30, {})
+            busy = mongo.acquire(key, "child", "child", 30, {})
             ok = not busy.granted and busy.record is not None and busy.record.holder == "parent"
             os.write(write, b"ok" if ok else b"bad")
         finally:

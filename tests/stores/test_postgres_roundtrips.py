@@ -45,9 +45,9 @@ def warm_up(store: PostgresStore, key: str) -> None:
     preparing execution itself sends Parse in a round trip of its own, once per
     connection)."""
     for i in range(8):
-        rec = store.acquire(key, f"w{i}", 30, {}).record
+        rec = store.acquire(key, f"w{i}", f"w{i}", 30, {}).record
         assert rec is not None
-        store.acquire(key, "busy", 30, {})
+        store.acquire(key, "busy", "busy", 30, {})
         store.renew(key, f"w{i}", rec.token, 30)
         store.release(key, f"w{i}", rec.token)
         store.force_release(key, by="warm-up")
@@ -57,11 +57,11 @@ def warm_up(store: PostgresStore, key: str) -> None:
 def test_every_operation_is_one_round_trip(pg: PostgresStore, key: str) -> None:
     warm_up(pg, key)
     granted: list[Any] = []
-    assert round_trips(pg, lambda: granted.append(pg.acquire(key, "alice", 30, {}))) == 1
+    assert round_trips(pg, lambda: granted.append(pg.acquire(key, "alice", "alice", 30, {}))) == 1
     rec = granted[0].record
     assert granted[0].granted
     busy: list[Any] = []
-    assert round_trips(pg, lambda: busy.append(pg.acquire(key, "bob", 30, {}))) == 1
+    assert round_trips(pg, lambda: busy.append(pg.acquire(key, "bob", "bob", 30, {}))) == 1
     assert not busy[0].granted and busy[0].record.holder == "alice"
     assert round_trips(pg, lambda: pg.renew(key, "alice", rec.token, 30)) == 1
     assert round_trips(pg, lambda: pg.release(key, "alice", rec.token)) == 1

@@ -35,7 +35,7 @@ def test_connect_accepts_a_sqlalchemy_engine(engine: sa.Engine, postgres_url: st
         assert isinstance(via_engine, PostgresStore)
         assert PASSWORD not in via_engine.url
         lease = LeaseLock(via_engine, key, ttl=30).acquire()
-        busy = via_url.acquire(key, "other", 30, {})
+        busy = via_url.acquire(key, "other", "other", 30, {})
         assert not busy.granted and busy.record is not None
         assert busy.record.holder == lease.holder  # one table, seen from both
         LeaseLock(via_engine, key, ttl=30).release(lease)
@@ -44,7 +44,7 @@ def test_connect_accepts_a_sqlalchemy_engine(engine: sa.Engine, postgres_url: st
 def test_from_engine_takes_store_options(engine: sa.Engine, key: str) -> None:
     with PostgresStore.from_engine(engine, table="engine_leases") as store:
         assert store.table == "engine_leases"
-        assert store.acquire(key, "alice", 30, {}).granted
+        assert store.acquire(key, "alice", "alice", 30, {}).granted
 
 
 def test_from_engine_refuses_another_dialect() -> None:
@@ -99,9 +99,9 @@ def test_lease_tokens_fence_a_late_holder(postgres_url: str, key: str, ledger: s
     with connect(postgres_url) as store, psycopg.connect(postgres_url) as conn:
         with conn.transaction():
             fence.create_table(conn)
-        old = store.acquire(key, "old", 30, {}).record
+        old = store.acquire(key, "old", "old", 30, {}).record
         assert old is not None and store.force_release(key, by="ops") is not None
-        new = store.acquire(key, "new", 30, {}).record
+        new = store.acquire(key, "new", "new", 30, {}).record
         assert new is not None and new.token > old.token
         with conn.transaction():
             fence.check(conn, key, new.token)

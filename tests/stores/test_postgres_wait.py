@@ -34,7 +34,7 @@ def wait_in_thread(store: PostgresStore, key: str, timeout: float) -> tuple[thre
     asked = threading.Event()
 
     def run() -> None:
-        assert not store.acquire(key, "bob", 30, {}).granted
+        assert not store.acquire(key, "bob", "bob", 30, {}).granted
         asked.set()
         result.append(store.wait_for_release(key, timeout))
 
@@ -47,7 +47,7 @@ def wait_in_thread(store: PostgresStore, key: str, timeout: float) -> tuple[thre
 def test_a_release_wakes_the_waiter(pair: tuple[PostgresStore, PostgresStore], key: str,
                                     how: str) -> None:
     waiter, releaser = pair
-    rec = releaser.acquire(key, "alice", 30, {}).record
+    rec = releaser.acquire(key, "alice", "alice", 30, {}).record
     assert rec is not None
     thread, result, asked = wait_in_thread(waiter, key, LONG)
     assert asked.wait(10)
@@ -57,14 +57,14 @@ def test_a_release_wakes_the_waiter(pair: tuple[PostgresStore, PostgresStore], k
         assert releaser.force_release(key, by="ops") is not None
     thread.join(LONG + 10)
     assert result == [True]
-    assert waiter.acquire(key, "bob", 30, {}).granted
+    assert waiter.acquire(key, "bob", "bob", 30, {}).granted
 
 
 def test_no_wake_while_the_lease_stays_held(pair: tuple[PostgresStore, PostgresStore],
                                             key: str) -> None:
     waiter, releaser = pair
-    other = releaser.acquire(key + "-other", "carol", 30, {}).record
-    assert releaser.acquire(key, "alice", 30, {}).granted and other is not None
+    other = releaser.acquire(key + "-other", "carol", "carol", 30, {}).record
+    assert releaser.acquire(key, "alice", "alice", 30, {}).granted and other is not None
     waiter.wait_for_release(key + "-warm", 0.2)  # LISTEN is up from here on
     thread, result, asked = wait_in_thread(waiter, key, 1.0)
     assert asked.wait(10)
@@ -78,9 +78,9 @@ def test_a_release_between_busy_and_wait_is_not_missed(
 ) -> None:
     waiter, releaser = pair
     waiter.wait_for_release(key + "-warm", 0.1)  # LISTEN is up
-    rec = releaser.acquire(key, "alice", 30, {}).record
+    rec = releaser.acquire(key, "alice", "alice", 30, {}).record
     assert rec is not None
-    assert not waiter.acquire(key, "bob", 30, {}).granted
+    assert not waiter.acquire(key, "bob", "bob", 30, {}).granted
     assert releaser.release(key, "alice", rec.token)  # before the waiter waits
     assert waiter.wait_for_release(key, LONG) is True
 
@@ -89,9 +89,9 @@ def test_the_first_wait_checks_the_lease_after_listen_starts(
     pair: tuple[PostgresStore, PostgresStore], key: str
 ) -> None:
     waiter, releaser = pair
-    rec = releaser.acquire(key, "alice", 30, {}).record
+    rec = releaser.acquire(key, "alice", "alice", 30, {}).record
     assert rec is not None
-    assert not waiter.acquire(key, "bob", 30, {}).granted
+    assert not waiter.acquire(key, "bob", "bob", 30, {}).granted
     assert releaser.release(key, "alice", rec.token)  # nobody listens yet
     assert waiter.wait_for_release(key, LONG) is True
 
@@ -106,7 +106,7 @@ def test_lease_lock_waiter_takes_the_lease_on_release(postgres_url: str, key: st
         thread.start()
         holder.release(lease)
         thread.join(LONG + 10)
-        assert [g.token for g in got] == [lease.token + 1]
+        assert len(got) == 1 and got[0].token > lease.token
         assert waiter.release(got[0])
 
 
@@ -119,7 +119,7 @@ def test_waiters_hear_releases_again_after_a_server_restart(private_postgres: Pg
         private_postgres.stop("fast")
         private_postgres.start()
         with PostgresStore.from_url(private_postgres.url) as releaser:
-            rec = releaser.acquire(key, "alice", 30, {}).record
+            rec = releaser.acquire(key, "alice", "alice", 30, {}).record
             assert rec is not None
             deadline = time.monotonic() + 30
             while not (listener._epoch > epoch and listener.listening_since is not None):

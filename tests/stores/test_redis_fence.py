@@ -61,11 +61,11 @@ def test_a_former_holder_is_refused_after_a_takeover(redis_url: str, client: red
     fence = RedisFence()
     with connect(redis_url) as store:
         key = f"job-{resource}"
-        old = store.acquire(key, "paused-worker", 0.6, {}).record
+        old = store.acquire(key, "paused-worker", "paused-worker", 0.6, {}).record
         assert old is not None
         fence.fenced_set(client, resource, old.token, f"{resource}:out", "old")
         deadline = time.monotonic() + 10
-        while not (new := store.acquire(key, "new-worker", 30, {})).granted:
+        while not (new := store.acquire(key, "new-worker", "new-worker", 30, {})).granted:
             assert time.monotonic() < deadline, "the short lease never expired"
             time.sleep(0.02)
         assert new.record is not None

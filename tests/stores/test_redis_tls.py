@@ -19,10 +19,10 @@ def tls_server(redis_server_factory: Callable[..., RedisServer]) -> RedisServer:
 
 def test_rediss_with_the_servers_ca_holds_leases(tls_server: RedisServer, key: str) -> None:
     with connect(tls_server.url) as store:
-        rec = store.acquire(key, "alice", 30, {}).record
-        assert rec is not None and rec.token == 1
-        assert store.renew(key, "alice", 1, 30)
-        assert store.release(key, "alice", 1)
+        rec = store.acquire(key, "alice", "alice", 30, {}).record
+        assert rec is not None and rec.token > 0
+        assert store.renew(key, "alice", rec.token, 30)
+        assert store.release(key, "alice", rec.token)
 
 
 def test_rediss_refuses_a_certificate_it_cannot_verify(tls_server: RedisServer) -> None:

@@ -1,0 +1,77 @@
+"""One real api-server for the whole Leases page suite (starting Airflow is
+the slow part), with the lease store it reads: a SQLite file, named to the
+server through the ``lease_default`` Connection."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from api_server import ApiServer, poll
+
+#: The live holder the console's break test uses; the UI's break must do to it
+#: exactly what ``leasectl break`` does.
+HOLDER = Path(__file__).resolve().parents[1] / "cli" / "holder_process.py"
+
+
+@pytest.fixture(scope="session")
+def api_server() -> Iterator[ApiServer]:
+    home = Path(tempfile.mkdtemp(prefix="lease-ui-airflow-"))
+    server = ApiServer(home, home / "leases.db")
+    try:
+        server.start()
+        yield server
+    except BaseException:
+        print(server.tail())
+        raise
+    finally:
+        server.stop()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def key() -> str:
+    return f"ui-{uuid.uuid4().hex[:10]}"
+
+
+@dataclass
+class Holder:
+    """A live holder in another process (tests/cli/holder_process.py): it
+    holds ``key`` under ``hold()`` with meta dag_id=billing, run_id=live."""
+
+    key: str
+    token: int
+    name: str
+    out: Path
+
+    def raised(self) -> str | None:
+        path = self.out / "raised"
+        return path.read_text() if path.exists() else None
+
+
+@pytest.fixture
+def holder(api_server: ApiServer, key: str, tmp_path: Path) -> Iterator[Holder]:
+    out = tmp_path / "holder"
+    out.mkdir()
+    proc = subprocess.Popen([sys.executable, str(HOLDER), api_server.store_url, key, str(out)])
+    try:
+        ready = poll(lambda: (out / "ready").exists() and (out / "ready").read_text(),
+                     "the holder process to hold its lease", 60.0, 0.1)
+        token, name = ready.split(" ", 1)
+        yield Holder(key, int(token), name, out)
+    finally:
+        (out / "stop").touch()  # ends a holder that was broken (it waits for this)
+        if not (out / "raised").exists():
+            proc.terminate()  # one still holding: its lease just expires (ttl 3 s)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)

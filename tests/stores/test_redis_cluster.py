@@ -1,0 +1,163 @@
+"""The Redis store on a three-master Redis Cluster (started once per session by
+servers/redis_topologies.py): notified waits across nodes, ``list()`` and
+``leasectl list`` over every primary, a user-built ``RedisCluster`` client,
+and the fencing guard's hash-tag rule. The conformance suite and the race test
+run on the same cluster unchanged (tests/conftest.py, tests/race/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException
+from servers.redis_topologies import RedisClusterNodes, command
+
+from lease_integrations import Lease, LeaseLock, connect
+from lease_integrations.cli import main as leasectl
+from lease_integrations.core.errors import StaleToken
+from lease_integrations.core.fencing import RedisFence
+from lease_integrations.stores.redis import RedisStore
+
+
+@pytest.fixture
+def raw(redis_cluster: RedisClusterNodes) -> Iterator[RedisCluster]:
+    client = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", n.port)  # type: ignore[no-untyped-call]
+                                         for n in redis_cluster.nodes], decode_responses=True)
+    yield client
+    client.close()
+
+
+def until(predicate: Any, timeout: float = 15.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def subscribers(cluster: RedisClusterNodes, channel: str) -> int:
+    """PUBSUB NUMSUB is per node: add up every node's count."""
+    total = 0
+    for node in cluster.nodes:
+        reply = command(node.port, "PUBSUB", "NUMSUB", channel)
+        total += int(reply.rstrip().rsplit(":", 1)[-1])
+    return total
+
+
+def test_a_waiting_lock_is_woken_by_the_release_notification_on_a_cluster(
+    redis_cluster: RedisClusterNodes, redis_cluster_url: str, key: str
+) -> None:
+    holder_store, waiter_store = connect(redis_cluster_url), connect(redis_cluster_url)
+    try:
+        holder_lock = LeaseLock(holder_store, key, ttl=30)
+        held = holder_lock.acquire(wait=0)
+        woken: list[bool] = []
+        real_wait = waiter_store.wait_for_release
+
+        def recording_wait(k: str, timeout: float) -> bool:
+            result = real_wait(k, timeout)
+            woken.append(result)
+            return result
+
+        waiter_store.wait_for_release = recording_wait  # type: ignore[method-assign]
+        got: list[Lease] = []
+        lock = LeaseLock(waiter_store, key, ttl=30)
+        thread = threading.Thread(target=lambda: got.append(lock.acquire(wait=60)))
+        thread.start()
+        channel = waiter_store._channel(key)  # type: ignore[attr-defined]
+        until(lambda: subscribers(redis_cluster, channel) >= 1, what="the waiter to subscribe")
+        holder_lock.release(held)
+        thread.join(timeout=30)
+        assert got and got[0].token > held.token
+        assert woken[-1] is True, f"the waiter was not woken by a notification: {woken}"
+        lock.release(got[0])
+    finally:
+        holder_store.close()
+        waiter_store.close()
+
+
+def test_waiters_on_keys_of_different_masters_share_one_subscription_and_each_is_woken(
+    redis_cluster: RedisClusterNodes, redis_cluster_url: str, raw: RedisCluster
+) -> None:
+    """A release PUBLISHes on the master that owns the key; a cluster forwards
+    PUBLISH to every node, so the store's one subscription connection (on
+    whichever node it opened) hears releases from all masters."""
+    base = f"nodes-{uuid.uuid4().hex[:8]}"
+    by_node: dict[str, str] = {}
+    for i in range(64):
+        k = f"{base}-{i}"
+        by_node.setdefault(raw.get_node_from_key(f"{{lease:{k}}}").name, k)
+    assert len(by_node) == 3
+    keys = sorted(by_node.values())
+    with connect(redis_cluster_url) as holder, connect(redis_cluster_url) as waiter:
+        locks = {k: LeaseLock(holder, k, ttl=30) for k in keys}
+        leases = {k: lock.acquire(wait=0) for k, lock in locks.items()}
+        results: dict[str, bool] = {}
+        threads = [threading.Thread(target=lambda k=k: results.__setitem__(
+            k, waiter.wait_for_release(k, 30))) for k in keys]
+        for t in threads:
+            t.start()
+        for k in keys:
+            channel = waiter._channel(k)  # type: ignore[attr-defined]
+            until(lambda c=channel: subscribers(redis_cluster, c) >= 1, what=f"a subscription to {k}")
+        for k in keys:
+            locks[k].release(leases[k])
+        for t in threads:
+            t.join(timeout=30)
+        assert results == {k: True for k in keys}
+
+
+def test_list_and_leasectl_see_leases_on_every_primary(
+    redis_cluster_url: str, raw: RedisCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prefix = f"spread-{uuid.uuid4().hex[:8]}-"
+    keys = [f"{prefix}{i}" for i in range(12)]
+    with connect(redis_cluster_url) as store:
+        leases = [LeaseLock(store, k, ttl=30).acquire(wait=0) for k in keys]
+        nodes = {raw.get_node_from_key(f"{{lease:{k}}}").name for k in keys}
+        assert len(nodes) >= 2, "the keys should live on more than one master"
+        assert [r.key for r in store.list(prefix)] == sorted(keys)
+        assert leasectl(["--url", redis_cluster_url, "--json", "list", prefix]) == 0
+        listed = json.loads(capsys.readouterr().out)
+        rows = listed if isinstance(listed, list) else listed.get("leases", [])
+        assert sorted(row["key"] for row in rows) == sorted(keys)
+        for k, lease in zip(keys, leases, strict=True):
+            LeaseLock(store, k, ttl=30).release(lease)
+
+
+def test_a_user_built_cluster_client_works_with_its_retries_switched_off(
+    raw: RedisCluster, redis_cluster: RedisClusterNodes, key: str
+) -> None:
+    client = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", n.port)  # type: ignore[no-untyped-call]
+                                         for n in redis_cluster.nodes], decode_responses=True)
+    assert client.retry.get_retries() > 0  # redis-py's default
+    store = RedisStore(client)
+    try:
+        assert client.retry.get_retries() == 0
+        lock = LeaseLock(store, key, ttl=30)
+        with lock.hold() as lease:
+            record = store.get(key)
+            assert record is not None and record.token == lease.token
+        assert [e.kind for e in store.history(key)][-2:] == ["acquired", "released"]
+    finally:
+        store.close()
+
+
+def test_the_fence_works_on_a_cluster_when_its_names_share_a_hash_tag(
+    raw: RedisCluster, redis_cluster_url: str, key: str
+) -> None:
+    fence = RedisFence()
+    resource = f"{{ledger-{key}}}"  # the tag puts the fence key and the data in one slot
+    fence.fenced_set(raw, resource, 7, f"{resource}:total", "42")
+    with pytest.raises(StaleToken):
+        fence.fenced_set(raw, resource, 6, f"{resource}:total", "stale")
+    assert raw.get(f"{resource}:total") == "42"
+    untagged = f"ledger-{key}"
+    with pytest.raises((redis.RedisError, RedisClusterException), match="same key slot"):
+        fence.fenced_set(raw, untagged, 7, f"{untagged}:total-x", "42")
