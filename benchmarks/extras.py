@@ -26,3 +26,21 @@ def history_cost(quick: bool, log: Any) -> dict[str, Any]:
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
         return {"name": "history_cost", "error": f"exit {proc.returncode}: {tail}"}
     return {"name": "history_cost", "output": proc.stdout.rstrip()}
+
+
+def keeper_scale(quick: bool, log: Any) -> dict[str, Any]:
+    """DAG-run keepers per triggerer (needs the Airflow environment)."""
+    python = ROOT / ".venv-airflow" / "bin" / "python"
+    if not python.exists():
+        return {"name": "keeper_scale", "skipped": ".venv-airflow not built (./run setup)"}
+    log("extras: keeper_scale.py")
+    cmd = [str(python), str(ROOT / "benchmarks" / "keeper_scale.py"), *(["--quick"] if quick else [])]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return {"name": "keeper_scale", "error": f"timed out after {TIMEOUT} s"}
+    table = proc.stdout.rstrip()
+    if not table:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-5:])
+        return {"name": "keeper_scale", "error": f"exit {proc.returncode}: {tail}"}
+    return {"name": "keeper_scale", "output": table}

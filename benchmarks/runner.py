@@ -196,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         res["history_cost"] = hist
         show("History and metrics cost (benchmarks/history_cost.py)\n"
              + (hist.get("output") or hist.get("skipped") or hist.get("error", "")) + "\n")
+        keepers = extras.keeper_scale(quick, log)
+        res["keeper_scale"] = keepers
+        show("DAG-run keepers per triggerer (benchmarks/keeper_scale.py)\n"
+             + (keepers.get("output") or keepers.get("skipped") or keepers.get("error", "")) + "\n")
 
     out["targets"] = evaluate(res)
     out["machine"]["loadavg_end"] = list(os.getloadavg())

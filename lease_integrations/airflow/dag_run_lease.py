@@ -11,61 +11,35 @@ taken before its first task and given back after its last::
         with dag_run_lease(lease_key="search-index", lease_ttl=120, on_busy="skip"):
             extract() >> build() >> swap()
 
-Every task created inside the block is guarded; tasks of the DAG created
-outside it are not. ``with_dag_run_lease([t1, t2], ...)`` does the same for
-tasks that already exist. Both add three tasks (ids from ``task_prefix``):
-
-``<prefix>_acquire`` (a setup task)
-    takes the lease as the run's holder (meta: dag_id, run_id, run_type, host)
-    and pushes its token to XCom (never its secret: see ``run_lease``). ``on_busy``: ``skip`` skips the whole
-    run's work (the log names the holder), ``fail`` fails the run, ``wait``
-    waits (``deferrable=True``: in the triggerer, without a worker slot).
-``<prefix>_keeper``
-    defers at once; its trigger adopts the lease in the triggerer and the core
-    heartbeat renews it every ``lease_heartbeat`` (ttl/3) until the run gives
-    it back or ends, so a run whose tasks queue for an hour keeps its lease
-    without a worker slot. If the lease is lost, the keeper fails, and with it
-    the run. Acquire and keeper are scheduled before the work
-    (``priority_weight`` with ``weight_rule="absolute"``).
-``<prefix>_release`` (the teardown)
-    runs even when a work task failed, and releases only if the store still
-    has this run's token, never a lease the run no longer holds; a store blip
-    is retried, and the keeper releases the lease itself once the run is over.
-
-Each guarded task adopts the run's lease for its ``execute``
-(``LeaseLock.hold_adopted``): it does not start unless the store still has
-it (``LeaseLost``: the run's later tasks never start), renews it while it
-runs, and is interrupted (``LeaseInterrupted``) at the lease's trust deadline,
-before the store can give the key to another run. The lease is in its
-context as ``context["lease"]`` (``key``, ``token``, ``check()``) and
-``context["dag_run_lease"]``; any task of the run can also call
-``dag_run_lease_of(context)``. Pass ``context["lease"].token`` to the
-fencing guard with every write: that is what makes a late, cut-off run's write
-fail instead of corrupting the newer run's work.
-
-``lease_ttl`` must cover the gap between the acquire task ending and the
-keeper's trigger starting (a worker picking up the keeper, the triggerer
-picking up the trigger): tens of seconds on a loaded installation, so keep it
-at a minute or more. Clearing a single work task re-runs the acquire and
-release tasks with it (setup/teardown semantics) but not the keeper: clear
-the keeper too, or the cleared run's lease expires after its ttl. Under
-``dag.test()`` no triggerer runs beside the tasks: the keeper ends at once and
-only the guarded tasks renew the lease while they run.
+Every task created inside the block is guarded; ``with_dag_run_lease([t1,
+t2], ...)`` does the same for tasks that already exist. Both add an acquire
+(setup), a keeper (deferred to the triggerer) and a release (teardown) task;
+each guarded task adopts the run's lease for its ``execute``
+(``LeaseLock.hold_adopted``), so the core's trust window and interrupt apply
+to it. How it works, the secret, the keeper's stop rule and the guard's timing:
+``docs/airflow/dag-run-lease.md``.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from lease_integrations import ConfigurationError, Lease, LeaseLost
+from lease_integrations import ConfigurationError, LeaseLost
 
 from .connections import DEFAULT_CONN_ID
 from .options import LeaseOptions
-from .run_lease import CONTEXT_KEY, DEFAULT_TASK_PREFIX, DagRunLease, dag_run_lease_of
+from .run_lease import (
+    CONTEXT_KEY,
+    DEFAULT_TASK_PREFIX,
+    DagRunLease,
+    dag_run_lease_of,
+    leave_leftover_holds,
+    open_holds,
+)
 from .run_lease_tasks import (
     RUN_LEASE_PRIORITY,
     AcquireDagRunLeaseOperator,
@@ -99,8 +73,10 @@ def dag_run_lease(*, lease_key: str | None = None, lease_ttl: float = 60.0,
 
     Arguments as for ``LeasedPythonOperator``; the default key is
     ``airflow/<dag_id>/dag_run``, shared by every run of the DAG."""
-    tasks = _lease_tasks(_options(lease_key, lease_ttl, lease_heartbeat, lease_conn_id, on_busy,
-                                  wait_timeout, deferrable, poll_interval), lease_key, task_prefix)
+    tasks = _lease_tasks(task_prefix, lease_key=lease_key, lease_ttl=lease_ttl,
+                         lease_heartbeat=lease_heartbeat, lease_conn_id=lease_conn_id,
+                         on_busy=on_busy, wait_timeout=wait_timeout, deferrable=deferrable,
+                         poll_interval=poll_interval)
     dag = tasks.acquire.dag
     before = set(dag.task_dict)
     yield tasks
@@ -117,28 +93,21 @@ def with_dag_run_lease(tasks: Iterable[Any], *, lease_key: str | None = None,
     """``dag_run_lease`` for tasks that already exist (operators or TaskFlow
     results); call it inside the DAG's context."""
     work = [getattr(task, "operator", task) for task in tasks]
-    lease_tasks = _lease_tasks(_options(lease_key, lease_ttl, lease_heartbeat, lease_conn_id,
-                                        on_busy, wait_timeout, deferrable, poll_interval),
-                               lease_key, task_prefix)
+    lease_tasks = _lease_tasks(task_prefix, lease_key=lease_key, lease_ttl=lease_ttl,
+                               lease_heartbeat=lease_heartbeat, lease_conn_id=lease_conn_id,
+                               on_busy=on_busy, wait_timeout=wait_timeout, deferrable=deferrable,
+                               poll_interval=poll_interval)
     _wire(lease_tasks, work)
     return lease_tasks
 
 
-def _options(lease_key: str | None, lease_ttl: float, lease_heartbeat: float | None,
-             lease_conn_id: str, on_busy: str, wait_timeout: float | None, deferrable: bool,
-             poll_interval: float) -> LeaseOptions:
-    # The task-level options, checked at parse time: a bad DAG fails to import.
-    return LeaseOptions(lease_key=lease_key, lease_ttl=lease_ttl, lease_heartbeat=lease_heartbeat,
-                        lease_conn_id=lease_conn_id, on_busy=on_busy, wait_timeout=wait_timeout,
-                        deferrable=deferrable, poll_interval=poll_interval)
-
-
-def _lease_tasks(options: LeaseOptions, lease_key: str | None, prefix: str) -> DagRunLeaseTasks:
+def _lease_tasks(prefix: str, **arguments: Any) -> DagRunLeaseTasks:
+    options = LeaseOptions(**arguments)  # checked at parse time: a bad DAG fails to import
     if not isinstance(prefix, str) or not prefix.strip():
         raise ConfigurationError(f"task_prefix must be a non-empty string, got {prefix!r}")
     first = {"priority_weight": RUN_LEASE_PRIORITY, "weight_rule": "absolute"}
     acquire = AcquireDagRunLeaseOperator(task_id=f"{prefix}_acquire", lease_options=options,
-                                         lease_key=lease_key, **first)
+                                         lease_key=options.lease_key, **first)
     if not acquire.has_dag():  # an operator joins the DAG whose block is open
         raise ConfigurationError("dag_run_lease() must be used inside a DAG (with DAG(...): "
                                  "or a @dag function)")
@@ -180,18 +149,6 @@ def _guard(task: Any, acquire_task_id: str) -> None:
 
 
 # -- the work tasks' side: adopt the run's lease for the length of execute ------------------
-#: Holds a failed ``execute`` left open (its post_execute never ran): closed
-#: before the next guarded task or the teardown in the same process (dag.test()).
-_open_holds: list[AbstractContextManager[Lease]] = []
-
-
-def leave_leftover_holds() -> None:
-    while _open_holds:
-        hold = _open_holds.pop()
-        with suppress(LeaseLost):
-            hold.__exit__(None, None, None)
-
-
 def guard_hooks(acquire_task_id: str, previous_pre: Hook | None,
                 previous_post: Hook | None) -> tuple[Hook, Hook]:
     """``pre_execute``/``post_execute`` hooks for one work task (chaining any the
@@ -204,16 +161,17 @@ def guard_hooks(acquire_task_id: str, previous_pre: Hook | None,
         if info is None:
             raise LeaseLost("<unknown>", None, f"no run lease in the XCom of {acquire_task_id!r}; "
                             "did the acquire task run in this DAG run?")
-        store = info.connect()
-        hold = info.lock(store).hold_adopted(info.token, info.secret())
-        try:
-            lease = hold.__enter__()
-        except LeaseLost as lost:
-            store.close()
-            log.error("not starting: the run's lease %s (token %s) is gone: %s", info.key,
-                      info.token, lost.reason)
-            raise
-        _open_holds.append(_Closing(hold, store))
+        with ExitStack() as stack:
+            store = info.connect()
+            stack.callback(store.close)
+            try:
+                lease = stack.enter_context(info.lock(store).hold_adopted(info.token,
+                                                                          info.secret()))
+            except LeaseLost as lost:
+                log.error("not starting: the run's lease %s (token %s) is gone: %s", info.key,
+                          info.token, lost.reason)
+                raise
+            open_holds.append(stack.pop_all())
         log.info("the run holds lease %s with token %s", info.key, info.token)
         context[CONTEXT_KEY] = info
         context["lease"] = lease
@@ -221,27 +179,14 @@ def guard_hooks(acquire_task_id: str, previous_pre: Hook | None,
             previous_pre(context)
 
     def post_execute(context: Any, result: Any = None) -> None:
-        if _open_holds:
+        if open_holds:
             # Leaving raises LeaseLost if the lease was lost after the last
             # bytecode of execute: such a try did not succeed.
-            _open_holds.pop().__exit__(None, None, None)
+            open_holds.pop().close()
         if previous_post is not None:
             previous_post(context, result)
 
     return pre_execute, post_execute
-
-
-class _Closing(AbstractContextManager[Lease]):
-    """A hold whose store is closed once the hold is left."""
-
-    def __init__(self, hold: AbstractContextManager[Lease], store: Any) -> None:
-        self.hold, self.store = hold, store
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            self.hold.__exit__(*exc)
-        finally:
-            self.store.close()
 
 
 def _without_cached(context: Mapping[str, Any]) -> Mapping[str, Any]:

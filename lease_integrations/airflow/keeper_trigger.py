@@ -1,27 +1,14 @@
 """The keeper's trigger: keeps a DAG run's lease from the triggerer.
 
-A run whose tasks sit an hour in a queue must keep its lease, but a task that
-only renews would pin a worker slot all that time. The trigger *adopts* the
-lease (``LeaseLock.adopt``), so the core heartbeat renews it: one scheduler
-thread and its own small renewal pool serve every keeper in the triggerer,
-and the trust window and loss rules are the core's. The trigger itself only
-waits on the loss flag and looks at its run now and then, so hundreds of
-keepers cost hundreds of idle coroutines.
-
-Its other store calls (adopt, the final release, the history) and the run
-state look-ups run on this module's own bounded pool, never on the event
-loop's default executor, and nothing here blocks in a store wait. Keepers of
-one store share one client (one connection pool), not one each.
-
-It ends the keeper task itself (``TaskSuccessEvent``/``TaskFailedEvent``):
-
-- success when the run gave the lease back (the teardown released it), or
-  when the run is over (the DAG run is no longer running, or every other task
-  of the run has finished): then the keeper releases the lease itself if it
-  still holds it, so a teardown that never ran or whose release failed never
-  leaves the lease held after its run;
-- failure when the lease is lost (a refused renewal, a break, the store
-  unreachable past the trust window), and with it the run.
+It adopts the lease (``LeaseLock.adopt``), so the core heartbeat renews it
+(one scheduler and renewal pool per process, shared by every keeper) under
+the core's trust window and loss rules; the trigger only waits on the loss
+flag and reads its run's state now and then. Its own store and API calls run
+on this module's bounded pool, never on the loop's default executor, and
+keepers of one store share one client. It ends the keeper task itself:
+success once the run gave the lease back or is over (then it releases the
+lease itself if the run still holds it), failure once the lease is lost. See
+``docs/airflow/dag-run-lease.md``.
 """
 
 from __future__ import annotations
@@ -39,7 +26,7 @@ from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent
 from lease_integrations import Lease, LeaseLost, LeaseStore, connect
 
 from .connections import resolve_store_url_async
-from .run_lease import DagRunLease
+from .run_lease import DagRunLease, release_run_lease
 
 T = TypeVar("T")
 
@@ -85,7 +72,7 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
 
     ``lease`` is the run's XCom value (no secret: the triggerer derives it);
     ``check_interval`` how often the run's state is read (default: the
-    heartbeat, at most 5 s)."""
+    heartbeat but at least 5 s, and at most ttl/2)."""
 
     def __init__(self, lease: dict[str, Any], keeper_task_id: str,
                  check_interval: float | None = None) -> None:
@@ -120,18 +107,8 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
         """A user ended the keeper's task (marked the run failed or succeeded,
         cleared it): give the lease back if the run is over, else leave it."""
         info = DagRunLease.from_xcom(self.lease)
-        if await _call(self._run_is_over, info) is not True:
-            return
-        url = info.store_url or await resolve_store_url_async(info.conn_id)
-        store = await _call(_open_store, url)
-        try:
-            lock = info.lock(store)
-            lease = await _call(lock.adopt, info.token, info.secret())
-            await _call(lock.release, lease)
-        except LeaseLost:
-            pass
-        finally:
-            await _call(_close_store, url)
+        if await _call(self._run_is_over, info):
+            self.log.info(await _call(release_run_lease, info))
 
     async def _keep(self, info: DagRunLease, store: LeaseStore) -> tuple[str, str]:
         lock = info.lock(store)
@@ -156,7 +133,9 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
         lease.on_lost(wake)
         self.log.info("keeping run lease %s (token %s) every %.1f s", info.key, info.token,
                       lock.heartbeat)
-        interval = self.check_interval or min(lock.heartbeat, 5.0)
+        # Each look costs the API server a request: no more often than every 5 s
+        # (or the heartbeat), yet at least twice per ttl.
+        interval = self.check_interval or min(max(lock.heartbeat, 5.0), lock.ttl / 2)
         try:
             while not lost.is_set():
                 try:
@@ -164,8 +143,11 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
                     break
                 except asyncio.TimeoutError:
                     pass
-                if await _call(self._run_is_over, info):
+                over = await _call(self._run_is_over, info)
+                if over:
                     return await _call(_end_of_run, lock, lease, store, info)
+                if over is None:  # no supervisor to ask (not in a triggerer): stop asking
+                    interval = lock.ttl
         finally:
             lock.forget(lease)  # stop renewing, never release here: that is decided above
         return await self._after_loss(store, info, lease.lost_reason or "")
@@ -194,8 +176,11 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
             if str(getattr(state, "value", state)) not in ("running", "queued"):
                 return True
             states = RuntimeTaskInstance.get_task_states(info.dag_id, run_ids=[info.run_id])
-        except Exception:
+        except (ImportError, NameError):  # no Task SDK supervisor in this process
             return None
+        except Exception as exc:  # the API server blipped: ask again next time
+            self.log.warning("could not read the state of run %s: %r", info.run_id, exc)
+            return False
         tasks = dict(states.get(info.run_id, {}))
         tasks.pop(self.keeper_task_id, None)
         return bool(tasks) and all(str(s) in FINISHED for s in tasks.values())

@@ -1,17 +1,11 @@
 """What every task of a DAG run knows about the run's lease, and its secret.
 
-The acquire task pushes the lease to XCom (key, token, ttl, store, and a
-random ``nonce``); the keeper's trigger, the work tasks and the release task
-read it back and *adopt* that lease through the core (``LeaseLock.adopt``).
-
-XCom is shown to everyone who may view the DAG in the UI, so the owner
-secret never goes there. Each process derives it instead:
-``HMAC-SHA256(run secret key, key | dag_id | run_id | nonce)``, where the run
-secret key is ``[lease_integrations] run_secret_key`` or, when unset,
-Airflow's own ``[core] fernet_key`` (the triggerer already needs that one to
-decrypt trigger arguments). A UI viewer sees the nonce but not the key; a
-contender sees neither. A worker or triggerer without the key fails loudly
-(the store refuses the renewal), it never runs unprotected.
+The acquire task pushes the lease to XCom (key, token, ttl, store, a random
+nonce); the other tasks and the keeper read it back and adopt the lease. XCom
+is shown in the UI, so the owner secret never goes there: each process
+derives it as ``HMAC-SHA256(run secret key, key|dag_id|run_id|nonce)``, the
+key being ``[lease_integrations] run_secret_key`` or else ``[core]
+fernet_key`` (see ``docs/airflow/dag-run-lease.md``).
 """
 
 from __future__ import annotations
@@ -19,10 +13,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Mapping
+from contextlib import ExitStack, suppress
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lease_integrations import ConfigurationError, LeaseLock, LeaseStore, connect
+from lease_integrations import ConfigurationError, LeaseLock, LeaseLost, LeaseStore, connect
 from lease_integrations.core import AcquireResult, mask_url, resolve_url
 
 from .connections import resolve_store_url
@@ -96,6 +91,32 @@ def acquire_for_run(store: LeaseStore, key: str, holder: str, secret: str, ttl: 
                     meta: Mapping[str, Any]) -> AcquireResult:
     """One acquire attempt as the run's holder, with the derived secret."""
     return store.acquire(key, holder, secret, ttl, meta)
+
+
+def release_run_lease(info: DagRunLease) -> str:
+    """Give the run's lease back iff the store still has the run's token (the
+    teardown, and the keeper once the run is over); says what happened."""
+    with info.connect() as store:
+        lock = info.lock(store)
+        try:
+            lease = lock.adopt(info.token, info.secret())
+        except LeaseLost as lost:
+            return (f"run lease {info.key} (token {info.token}) was no longer this run's "
+                    f"({lost.reason}); left untouched")
+        released = lock.release(lease)
+    return (f"released run lease {info.key} (token {info.token})"
+            + ("" if released else ": the store no longer had it"))
+
+
+#: Holds a failed ``execute`` left open (its post_execute never ran): closed
+#: before the next guarded task or the teardown in the same process (dag.test()).
+open_holds: list[ExitStack] = []
+
+
+def leave_leftover_holds() -> None:
+    while open_holds:
+        with suppress(LeaseLost):
+            open_holds.pop().close()
 
 
 def shareable_url(url: str | None) -> str | None:

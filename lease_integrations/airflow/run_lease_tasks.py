@@ -1,11 +1,6 @@
 """The three tasks behind ``dag_run_lease``: acquire (setup), keep (deferred
-to the triggerer) and release (teardown).
-
-The lease outlives each of these processes: the acquire task exits holding
-it, the keeper's trigger renews it in another process, and the teardown gives
-it back in a third. Every process after the first *adopts* the lease through
-the core (``LeaseLock.adopt``), so the core's heartbeat, trust window and loss
-rules are the only ones.
+to the triggerer) and release (teardown). The lease outlives each of their
+processes, so every process after the first adopts it through the core.
 """
 
 from __future__ import annotations
@@ -30,6 +25,8 @@ from .run_lease import (
     DagRunLease,
     acquire_for_run,
     dag_run_lease_of,
+    leave_leftover_holds,
+    release_run_lease,
     run_secret,
     shareable_url,
 )
@@ -163,8 +160,6 @@ class ReleaseDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
         self.acquire_task_id = acquire_task_id
 
     def execute(self, context: Any) -> None:
-        from .dag_run_lease import leave_leftover_holds
-
         leave_leftover_holds()
         info = dag_run_lease_of(context, self.acquire_task_id)
         if info is None:
@@ -173,26 +168,10 @@ class ReleaseDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
         deadline = time.monotonic() + info.ttl
         while True:
             try:
-                self._release(info)
+                self.log.info(release_run_lease(info))
                 return
             except LeaseError as exc:  # StoreUnavailable and friends: the store blipped
                 if time.monotonic() >= deadline:
                     raise
                 self.log.warning("releasing run lease %s failed (%s); retrying", info.key, exc)
                 time.sleep(min(1.0, info.heartbeat / 4))
-
-    def _release(self, info: DagRunLease) -> None:
-        store = info.connect()
-        try:
-            lock = info.lock(store)
-            try:
-                lease = lock.adopt(info.token, info.secret())
-            except LeaseLost as lost:
-                self.log.warning("run lease %s (token %s) was no longer this run's (%s); left "
-                                 "untouched", info.key, info.token, lost)
-                return
-            released = lock.release(lease)
-        finally:
-            store.close()
-        self.log.info("released run lease %s (token %s)%s", info.key, info.token,
-                      "" if released else ": the store no longer had it")

@@ -11,7 +11,10 @@ api-server, started once for the module in a temp AIRFLOW_HOME on 127.0.0.1.
   next does not start, the run ends failed; broken between two tasks: the next
   task refuses to start;
 - the worker running a task (and the triggerer) SIGKILLed: after the ttl
-  another run takes the lease, and the dead run's teardown leaves it alone.
+  another run takes the lease, and the dead run's teardown leaves it alone;
+- under a pool of one slot the keeper starts before the work tasks;
+- a run whose teardown never runs: the keeper gives the lease back within
+  one ttl after the run's last task ended.
 """
 
 from __future__ import annotations
@@ -58,8 +61,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, records: Path,
     })
     try:
         airflow.start()
+        airflow.api("POST", "/api/v2/pools", {"name": "rl_one", "slots": 1})
         for dag_id in ("rl_rebuild", "rl_rebuild_skip", "rl_rebuild_fail", "rl_broken",
-                       "rl_between", "rl_crash"):
+                       "rl_between", "rl_crash", "rl_pool_one", "rl_no_teardown"):
             airflow.wait_dag(dag_id)
         yield airflow
     finally:
@@ -133,7 +137,7 @@ def test_backfill_and_manual_run_never_interleave(cluster: AirflowCluster, recor
     assert failed["dag_run_lease_acquire"] == "failed", failed
     assert {failed[t] for t in ("extract", "build", "swap")} == {"upstream_failed"}, failed
     fail_log = cluster.task_log("rl_rebuild_fail", run_f, "dag_run_lease_acquire")
-    assert "failing the run" in fail_log and held.holder in fail_log
+    assert "failing the whole run" in fail_log and held.holder in fail_log
     assert not run_events(records, run_s) and not run_events(records, run_f)
 
     # The backfill run's task waits past the ttl: only the keeper's renewals
@@ -260,3 +264,35 @@ def test_sigkilled_worker_lease_expires_and_dead_teardown_leaves_it(
     (records / "go-b").touch()
     assert cluster.wait_run("rl_crash", run_b, RUN_WAIT) == "success"
     assert current(store, key).holder is None
+
+
+def start_dates(cluster: AirflowCluster, dag_id: str, run_id: str) -> dict[str, str]:
+    tis = cluster.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")
+    return {ti["task_id"]: ti["start_date"] for ti in tis["task_instances"]}
+
+
+def test_under_a_pool_of_one_slot_the_keeper_starts_before_the_work(
+        cluster: AirflowCluster) -> None:
+    run = cluster.trigger("rl_pool_one", {"tag": "pool"})
+    assert cluster.wait_run("rl_pool_one", run, RUN_WAIT) == "success"
+    started_at = start_dates(cluster, "rl_pool_one", run)
+    assert started_at["dag_run_lease_keeper"] < started_at["extract"], started_at
+
+
+def test_a_run_whose_teardown_never_runs_frees_its_lease_within_a_ttl(
+        cluster: AirflowCluster, records: Path, store: LeaseStore) -> None:
+    key = "rl-no-teardown"
+    run = cluster.trigger("rl_no_teardown", {"tag": "no-teardown", "gate": {"swap": "go-nt"}})
+    poll(lambda: started(records, run, "swap"), "swap to start", RUN_WAIT)
+    token = current(store, key).token
+    cluster.api("PATCH", f"/api/v2/dags/rl_no_teardown/dagRuns/{run}/taskInstances/"
+                "dag_run_lease_release", {"new_state": "success"})
+    (records / "go-nt").touch()
+    assert cluster.wait_run("rl_no_teardown", run, RUN_WAIT) == "success"
+    ended = max(e["at"] for e in run_events(records, run))
+    released = [e for e in store.history(key, limit=100)
+                if e.token == token and e.kind == "released"]
+    assert released and released[0].at.timestamp() <= ended + TTL, (released, ended)
+    assert current(store, key).holder is None
+    keeper_log = cluster.task_log("rl_no_teardown", run, "dag_run_lease_keeper")
+    assert "released by the keeper" in keeper_log

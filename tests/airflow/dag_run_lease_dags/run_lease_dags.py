@@ -125,3 +125,39 @@ with DAG(dag_id="rl_between", schedule=None, start_date=datetime(2026, 1, 1),
             time.sleep(0.1)
 
     lease.acquire >> pause() >> guarded
+
+
+# The guard's timing (run under dag.test(), where no keeper runs): ``hold`` keeps
+# the lease by itself while it runs, and records the moment it is interrupted.
+with DAG(dag_id="rl_guard_late", schedule=None, start_date=datetime(2026, 1, 1),
+         default_args={"retries": 0}) as guard_late:
+    with dag_run_lease(lease_key="rl-guard-late", lease_ttl=3.0, lease_heartbeat=1.0,
+                       on_busy="fail"):
+
+        @task
+        def hold(**context: Any) -> None:
+            _record(context, "start")
+            deadline = time.monotonic() + GATE_WAIT
+            try:
+                while not (RECORD / "go-guard").exists():
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("gate go-guard never opened")
+                    time.sleep(0.02)
+            except BaseException:
+                _record(context, "interrupted")
+                raise
+            _record(context, "end")
+
+        hold()
+
+# Every task in a pool of one slot: the keeper must start before the work.
+with DAG(dag_id="rl_pool_one", schedule=None, start_date=datetime(2026, 1, 1),
+         default_args={"retries": 0, "pool": "rl_one"}):
+    with dag_run_lease(lease_key="rl-pool-one", lease_ttl=TTL, on_busy="fail"):
+        _three_tasks()
+
+# A run whose teardown never runs (the test marks it success beforehand).
+with DAG(dag_id="rl_no_teardown", schedule=None, start_date=datetime(2026, 1, 1),
+         default_args={"retries": 0}):
+    with dag_run_lease(lease_key="rl-no-teardown", lease_ttl=TTL, on_busy="fail"):
+        _three_tasks()
