@@ -22,6 +22,19 @@ class LeaseError(Exception):
     def __init__(self, *args: object) -> None:
         super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Airflow and Prefect pickle exceptions across processes. The default
+        # rebuilds with cls(*args), i.e. our subclasses' __init__ called with the
+        # finished message: restore the message and fields instead.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[LeaseError], args: tuple[Any, ...], state: dict[str, Any]) -> LeaseError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
 
 class ConfigurationError(LeaseError, ValueError):
     """A bad key, ttl, URL or policy. Raised before any work starts, so a
@@ -127,8 +140,17 @@ class StaleToken(LeaseError):
 def describe_meta(meta: dict[str, Any]) -> str:
     """Render the holder's meta the way a person wants to read it in a log."""
     order = ("dag_id", "task_id", "run_id", "try_number", "flow_name", "flow_run_id", "host", "pid")
-    parts = [f"{k}={meta[k]}" for k in order if meta.get(k) not in (None, "")]
+    parts = [f"{k}={_printable(meta[k])}" for k in order if meta.get(k) not in (None, "")]
     return ", ".join(parts)
+
+
+def _printable(value: object) -> str:
+    """Meta is whatever a holder stored: a newline or an escape code in it must
+    not forge a log line or reach a terminal, so show such characters escaped."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _fmt_time(value: datetime | None) -> str:
