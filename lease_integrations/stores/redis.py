@@ -19,7 +19,7 @@ from __future__ import annotations
 import builtins
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
@@ -36,6 +36,7 @@ from ..core.store import (
     LeaseEvent,
     LeaseStore,
     RecordList,
+    RenewItem,
     readable_records,
 )
 from . import redis_checks, redis_connect, redis_scripts
@@ -47,6 +48,9 @@ from .redis_notify import ReleaseListener
 PREFIX_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
 DEFAULT_PREFIX = "lease"
 DEFAULT_TIMEOUT = redis_connect.DEFAULT_TIMEOUT
+#: Leases per RENEW_MANY call: bounds the time one script holds the server
+#: (about 1 us per lease) and the size of one request.
+RENEW_BATCH = 500
 
 
 def _dt(ms: Any) -> datetime | None:
@@ -123,6 +127,7 @@ class RedisStore(LeaseStore):
         scripts = redis_scripts
         self._acquire = client.register_script(scripts.ACQUIRE)
         self._renew = renew_client.register_script(scripts.RENEW)
+        self._renew_many = renew_client.register_script(scripts.RENEW_MANY)
         self._release = client.register_script(scripts.RELEASE)
         self._force = client.register_script(scripts.FORCE_RELEASE)
         self._get = client.register_script(scripts.GET)
@@ -155,7 +160,7 @@ class RedisStore(LeaseStore):
     def _connect_check(self) -> None:
         """PING, SCRIPT LOAD and the ACL rights probe (``redis_checks``)."""
         redis_checks.connect_check(
-            self._client, [self._acquire, self._renew, self._release, self._force,
+            self._client, [self._acquire, self._renew, self._renew_many, self._release, self._force,
                            self._get, self._event],
             cluster=self._cluster, probe_key=self._keys("acl-probe", "rec")[0],
             probe_channel=self._channel("acl-probe"), prefix=self.prefix, url=self.url,
@@ -228,6 +233,24 @@ class RedisStore(LeaseStore):
             done = self._renew(keys=self._prepared(key)[1],
                                args=[secret, str(token), max(1, round(ttl * 1000))])
         return bool(done)
+
+    def renew_many(self, items: Sequence[RenewItem]) -> builtins.list[bool]:
+        """One script call for the whole batch (``RENEW_MANY``) on one server.
+        A Cluster script cannot span slots and every key has its own slot, so
+        there each lease is renewed by its own call."""
+        if self._cluster:
+            return super().renew_many(items)
+        out: builtins.list[bool] = []
+        for start in range(0, len(items), RENEW_BATCH):
+            chunk = items[start:start + RENEW_BATCH]
+            keys = [self._prepared(key)[1][0] for key, _, _, _ in chunk]
+            args: builtins.list[Any] = []
+            for _, secret, token, ttl in chunk:
+                args += (secret, str(token), max(1, round(ttl * 1000)))
+            with self._errors():
+                replies = self._renew_many(keys=keys, args=args)
+            out += [bool(r) for r in replies]
+        return out
 
     def release(self, key: str, secret: str, token: int) -> bool:
         with self._errors():

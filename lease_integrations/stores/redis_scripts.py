@@ -86,6 +86,26 @@ redis.call('HSET', KEYS[1], 'renewed_at', now, 'expires_at', now + tonumber(ARGV
 return 1
 """
 
+#: The heartbeat's batch. KEYS: rec of each lease (any slots on one server;
+#: on a Cluster the client sends one key per call). ARGV: secret, token,
+#: ttl_ms for each key in turn. Returns one 1/0 per key, each judged as RENEW
+#: judges it, against one reading of the server's clock.
+RENEW_MANY = _PRELUDE + """
+local now = clock()
+local out = {}
+for i, rec in ipairs(KEYS) do
+  local a = i * 3 - 2
+  local f = redis.call('HMGET', rec, 'secret', 'token', 'expires_at')
+  if f[1] == ARGV[a] and f[2] == ARGV[a + 1] and (tonumber(f[3]) or 0) > now then
+    redis.call('HSET', rec, 'renewed_at', now, 'expires_at', now + tonumber(ARGV[a + 2]))
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+"""
+
 #: KEYS: rec, hist. ARGV: secret, token, event_head (without holder), limit,
 #: channel. Returns 1 when released; wakes waiters in the same step.
 RELEASE = _PRELUDE + """
@@ -124,4 +144,4 @@ push_event(ARGV[1], ARGV[2], (clock()), tonumber(ARGV[3]))
 return 1
 """
 
-ALL = (ACQUIRE, RENEW, RELEASE, FORCE_RELEASE, GET, RECORD_EVENT)
+ALL = (ACQUIRE, RENEW, RENEW_MANY, RELEASE, FORCE_RELEASE, GET, RECORD_EVENT)
