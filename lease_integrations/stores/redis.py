@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import builtins
 import json
+import logging
 import re
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -28,7 +30,7 @@ import redis
 from redis.exceptions import RedisClusterException
 
 from ..core.config import mask_url
-from ..core.errors import ConfigurationError, LeaseError, StoreUnavailable
+from ..core.errors import ConfigurationError, StoreUnavailable
 from ..core.record import AcquireResult, LeaseRecord, meta_from_json, parse_field
 from ..core.store import (
     HISTORY_LIMIT,
@@ -42,6 +44,8 @@ from ..core.store import (
 from . import redis_checks, redis_connect, redis_scripts
 from .redis_eviction import check_eviction_policy
 from .redis_notify import ReleaseListener
+
+log = logging.getLogger("lease_integrations")
 
 #: A prefix is part of every key's hash tag ``{prefix:key}``: no ``:`` (so the
 #: split between prefix and key is unambiguous) and no braces or glob characters.
@@ -133,7 +137,12 @@ class RedisStore(LeaseStore):
         self._get = client.register_script(scripts.GET)
         self._event = client.register_script(scripts.RECORD_EVENT)
         self._listener = ReleaseListener(client)
-        self._key_cache: dict[str, tuple[list[str], list[str]]] = {}
+        # Waiters block on a connection each: their own pool, so a crowd of
+        # waiters never starves acquires and releases of connections.
+        self._wait_client = redis_connect.wait_client_for(client) or client
+        timeout = redis_connect.socket_timeout_of(client)
+        self._wait_slice = max(0.05, timeout - 1.0) if timeout else 60.0
+        self._key_cache: dict[str, tuple[list[str], list[str], list[str]]] = {}
         try:
             self._connect_check()
             check_eviction_policy(client, url=self.url, allow_eviction=allow_eviction)
@@ -181,15 +190,16 @@ class RedisStore(LeaseStore):
         tag = self._tag(key)
         return [f"{tag}:{name}" for name in names]
 
-    def _prepared(self, key: str) -> tuple[list[str], list[str]]:
-        """The key names a lease's scripts take: [rec, hist] and [rec],
-        built once per key (a lock calls with the same key every time)."""
+    def _prepared(self, key: str) -> tuple[list[str], list[str], list[str]]:
+        """The key names a lease's scripts take: [rec, hist], [rec] and
+        [rec, hist, wake], built once per key (a lock calls with the same key
+        every time)."""
         found = self._key_cache.get(key)
         if found is None:
             if len(self._key_cache) > 4096:  # bounded: a process touching many keys
                 self._key_cache.clear()
-            both = self._keys(key, "rec", "hist")
-            found = self._key_cache[key] = (both, both[:1])
+            every = self._keys(key, "rec", "hist", "wake")
+            found = self._key_cache[key] = (every[:2], every[:1], every)
         return found
 
     def _channel(self, key: str) -> str:
@@ -255,7 +265,7 @@ class RedisStore(LeaseStore):
     def release(self, key: str, secret: str, token: int) -> bool:
         with self._errors():
             done = self._release(
-                keys=self._prepared(key)[0],
+                keys=self._prepared(key)[2],
                 args=[secret, str(token), _RELEASED_HEAD, HISTORY_LIMIT, self._channel(key)],
             )
         return bool(done)
@@ -284,7 +294,7 @@ class RedisStore(LeaseStore):
     def force_release(self, key: str, by: str) -> LeaseRecord | None:
         head = _event_head("broken", _detail({"by": by}), with_holder=False)
         with self._errors():
-            reply = self._force(keys=self._prepared(key)[0],
+            reply = self._force(keys=self._prepared(key)[2],
                                 args=[head, HISTORY_LIMIT, self._channel(key)])
         return self._record(key, reply)
 
@@ -312,22 +322,35 @@ class RedisStore(LeaseStore):
             self._event(keys=self._prepared(key)[0], args=[head, str(token), HISTORY_LIMIT])
 
     def wait_for_release(self, key: str, timeout: float) -> bool:
+        """Block on the key's wake-up list (``BLPOP``): a release pushes one
+        element, so it wakes one waiter, the one that blocked first, instead
+        of every waiter racing for the key. Blocks in slices shorter than the
+        socket timeout. Connection trouble makes the wait a plain sleep
+        returning False: the caller's next acquire reports an outage, or its
+        polling takes over."""
         if timeout <= 0:
             return False
-        def is_free() -> bool:
-            try:
-                record = self.get(key)
-            except (StoreUnavailable, LeaseError):
+        wake = self._prepared(key)[2][2]
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0.001:
                 return False
-            return record is None or not record.held
-
-        return self._listener.wait(self._channel(key), is_free, timeout)
+            try:
+                if self._wait_client.blpop([wake], timeout=min(remaining, self._wait_slice)):
+                    return True
+            except (redis.RedisError, RedisClusterException) as exc:
+                log.debug("waiting on %s failed: %s", key, exc)
+                time.sleep(max(0.0, deadline - time.monotonic()))
+                return False
 
     def close(self) -> None:
         self._listener.close()
         self._close_clients()
 
     def _close_clients(self) -> None:
+        if self._wait_client is not self._client:
+            self._wait_client.close()
         self._client.close()
         if self._renew_client is not self._client:
             self._renew_client.close()
