@@ -59,6 +59,11 @@ class Heartbeat:
         self._seq = itertools.count()
         self._entries: dict[int, _Entry] = {}
         self._thread: threading.Thread | None = None
+        # When the scheduler will look at the heap next: -inf while it runs
+        # (it looks before sleeping), else the end of its sleep. ``add``
+        # wakes it only for work due before then: a cycle of acquire and
+        # release then costs no thread switch.
+        self._wake_at = float("-inf")
         self._pool: ThreadPoolExecutor | None = None
         self.renewals = 0  # counters for benchmarks and the CLI
         self.renew_failures = 0
@@ -69,11 +74,10 @@ class Heartbeat:
         with self._cond:
             self._entries[id(lease)] = entry
             due = time.monotonic() + interval
-            earliest = self._heap[0][0] if self._heap else float("inf")
             self._push(due, "renew", entry)
             self._push(lease.trusted_until, "deadline", entry)
             self._ensure_started()
-            if min(due, lease.trusted_until) < earliest:
+            if min(due, lease.trusted_until) < self._wake_at:
                 self._cond.notify()  # only when the scheduler must wake sooner
 
     def remove(self, lease: Lease) -> None:
@@ -109,12 +113,16 @@ class Heartbeat:
             with self._cond:
                 while True:
                     if not self._heap:
+                        self._wake_at = float("inf")
                         self._cond.wait()
+                        self._wake_at = float("-inf")
                         continue
                     when, _, kind, entry = self._heap[0]
                     delay = when - time.monotonic()
                     if delay > 0:
+                        self._wake_at = when
                         self._cond.wait(delay)
+                        self._wake_at = float("-inf")
                         continue
                     heapq.heappop(self._heap)
                     if entry.active:
