@@ -222,8 +222,21 @@ class Heartbeat:
             for entry in batch:
                 self._settle(entry, None, started, error, exc)
             return
+        renewed = [e for e, ok in zip(batch, outcomes) if ok]
+        if renewed:  # the common case, settled under one lock for the whole batch
+            with self._cond:
+                for entry in renewed:
+                    entry.in_flight = False
+                    if entry.active:
+                        self.renewals += 1
+                        entry.failures = 0
+                        entry.last_error = ""
+                        entry.lease.renewed(started)
+                        self._push(started + entry.interval, "renew", entry)
+                self._cond.notify()
         for entry, outcome in zip(batch, outcomes):
-            self._settle(entry, bool(outcome), started, "", None)
+            if not outcome:
+                self._settle(entry, False, started, "", None)
 
     def _settle(self, entry: _Entry, outcome: bool | None, started: float, error: str,
                 exc: Exception | None) -> None:
