@@ -145,7 +145,7 @@ class Heartbeat:
         per interval. Called with the condition held; other items popped on
         the way are put back as they were."""
         batch, seen = [first], {id(first)}
-        if type(first.store).renew_many is LeaseStore.renew_many:
+        if not first.store.batch_renewals:
             return batch  # no batch form: parallel single renewals on the pool are faster
         horizon = time.monotonic() + min(BATCH_WINDOW, first.interval / 10)
         aside: list[tuple[float, int, str, _Entry]] = []

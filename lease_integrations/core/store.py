@@ -69,6 +69,10 @@ class LeaseStore(ABC):
     #: True when ``wait_for_release`` is woken by the store on release
     #: (pub/sub, LISTEN/NOTIFY, a condition variable) rather than polling.
     notifies: bool = False
+    #: True when ``renew_many`` makes one round trip for the whole batch; the
+    #: heartbeat batches only then (otherwise parallel single renewals on its
+    #: pool are faster, and one slow call does not hold back the others).
+    batch_renewals: bool = False
 
     @abstractmethod
     def acquire(

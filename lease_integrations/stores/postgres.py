@@ -406,6 +406,8 @@ class PostgresStore(LeaseStore):
                                         "ttl": float(ttl)})
         return count == 1
 
+    batch_renewals = True
+
     def renew_many(self, items: Sequence[RenewItem]) -> list[bool]:
         """One statement for the whole batch (``RENEW_MANY``)."""
         if not items:

@@ -121,6 +121,9 @@ class RedisStore(LeaseStore):
         redis_connect.adopt_client(client)
         self._client = client
         self._cluster = redis_connect.is_cluster(client)
+        # A Cluster renews one key per call (a script cannot span slots):
+        # there the heartbeat keeps renewing in parallel instead.
+        self.batch_renewals = not self._cluster
         if renew_client is None:
             renew_client = redis_connect.renew_client_for(client) or client
         else:

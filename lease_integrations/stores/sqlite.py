@@ -271,6 +271,8 @@ class SqliteStore(LeaseStore):
             cur = conn.execute(RENEW, {"key": key, "secret": secret, "token": token, "ttl": ttl})
             return cur.rowcount == 1
 
+    batch_renewals = True
+
     def renew_many(self, items: Sequence[RenewItem]) -> list[bool]:
         """The heartbeat's batch in one write transaction: one commit (one
         fsync) for every lease due in the tick, each row judged by RENEW."""

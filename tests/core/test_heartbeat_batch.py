@@ -19,6 +19,8 @@ class CountingStore(MemoryStore):
     """The real memory store, recording the size of every batch it is asked
     to renew (the heartbeat is what is under test, not the store)."""
 
+    batch_renewals = True
+
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.batches: list[int] = []
