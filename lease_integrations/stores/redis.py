@@ -7,7 +7,8 @@ step and one round trip (redis-py's ``Script`` reloads a script the server
 flushed). Expiry and times are judged by the scripts on the server's
 ``TIME``; tokens are floored by that clock in microseconds. The key layout
 and the scripts are in ``redis_scripts.py``; the eviction-policy check in
-``redis_checks.py``; release wake-ups in ``redis_notify.py``.
+``redis_checks.py``. A release wakes the next waiter through the key's
+wake-up list (``BLPOP``, see ``wait_for_release``).
 
 The client never retries a command by itself: a retried acquire whose first
 reply was lost would find its own lease and report it busy. The heartbeat and
@@ -43,7 +44,6 @@ from ..core.store import (
 )
 from . import redis_checks, redis_connect, redis_scripts
 from .redis_eviction import check_eviction_policy
-from .redis_notify import ReleaseListener
 
 log = logging.getLogger("lease_integrations")
 
@@ -139,7 +139,6 @@ class RedisStore(LeaseStore):
         self._force = client.register_script(scripts.FORCE_RELEASE)
         self._get = client.register_script(scripts.GET)
         self._event = client.register_script(scripts.RECORD_EVENT)
-        self._listener = ReleaseListener(client)
         # Waiters block on a connection each: their own pool, so a crowd of
         # waiters never starves acquires and releases of connections.
         self._wait_client = redis_connect.wait_client_for(client) or client
@@ -348,7 +347,6 @@ class RedisStore(LeaseStore):
                 return False
 
     def close(self) -> None:
-        self._listener.close()
         self._close_clients()
 
     def _close_clients(self) -> None:
