@@ -83,9 +83,10 @@ def worker(spec: Spec, key: str, durations: list[float], hold: float,
         for r, seconds in enumerate(durations):
             barrier.wait()
             end = now() + seconds
-            holds: list[tuple[float, float]] = []
+            holds: list[tuple[float, float, float]] = []
             while True:
-                remaining = end - now()
+                t_wait = now()
+                remaining = end - t_wait
                 if remaining <= 0:
                     break
                 handle = acquire(remaining)
@@ -98,7 +99,7 @@ def worker(spec: Spec, key: str, durations: list[float], hold: float,
                 time.sleep(hold)
                 t_rel = now()
                 release(handle)
-                holds.append((t_acq, t_rel))
+                holds.append((t_acq, t_rel, t_wait))
                 while counter.value == mine and now() < end:  # let someone else in
                     time.sleep(0.0005)
             out.put((r, end - seconds, holds))
@@ -113,21 +114,34 @@ class RoundStats:
     p99_ms: float
     handovers: int
     overlaps: int
+    overtakes: int
 
 
-def analyse(per_process: list[tuple[float, list[tuple[float, float]]]], seconds: float) -> RoundStats:
+def overtakes(holds: list[tuple[float, float, float]]) -> int:
+    """Fairness: how many grants went to a waiter that started waiting after
+    another one that was still waiting (and got the key only later). Holds
+    are (acquired, released, started waiting), sorted by acquired."""
+    count = 0
+    for i, (_, _, wait) in enumerate(holds):
+        if any(w < wait for _, _, w in holds[i + 1:]):
+            count += 1
+    return count
+
+
+def analyse(per_process: list[tuple[float, list[tuple[float, float, float]]]],
+            seconds: float) -> RoundStats:
     start = min(s for s, _ in per_process)
     end = start + seconds
     holds = sorted(h for _, hs in per_process for h in hs)
     holds = [h for h in holds if h[0] <= end]
     gaps = []
     overlaps = 0
-    for (_, prev_rel), (next_acq, _) in itertools.pairwise(holds):
+    for (_, prev_rel, _), (next_acq, _, _) in itertools.pairwise(holds):
         if next_acq < prev_rel:
             overlaps += 1  # two holders at once: would be a broken lock
         gaps.append((next_acq - prev_rel) * 1e3)
     return RoundStats(len(holds) / seconds, percentile(gaps, 50), percentile(gaps, 99),
-                      len(gaps), overlaps)
+                      len(gaps), overlaps, overtakes(holds))
 
 
 #: Imported once by the fork server, so each worker starts in milliseconds
@@ -175,6 +189,7 @@ def run_one(spec: Spec, processes: int, rounds: int, seconds: float, hold: float
         "p99_ms": round(median_or_nan([s.p99_ms for s in stats]), 2),
         "handovers": sum(s.handovers for s in stats),
         "overlaps": sum(s.overlaps for s in stats),
+        "overtakes": sum(s.overtakes for s in stats),
         "runs": [{"throughput": round(s.throughput, 1), "p50_ms": round(s.p50_ms, 2),
                   "p99_ms": round(s.p99_ms, 2)} for s in stats],
     }
@@ -183,7 +198,7 @@ def run_one(spec: Spec, processes: int, rounds: int, seconds: float, hold: float
 def specs(urls: dict[str, str]) -> list[Spec]:
     out: list[Spec] = []
     if "redis" in urls:
-        out += [Spec("lease_integrations, Redis", "lease", urls["redis"], "pub/sub wake-up"),
+        out += [Spec("lease_integrations, Redis", "lease", urls["redis"], "BLPOP wake-up, one waiter"),
                 Spec("redis-py Lock", "redis-py", urls["redis"], "polls every 100 ms"),
                 Spec("python-redis-lock", "prl", urls["redis"], "BLPOP wake-up")]
     if "postgres" in urls:

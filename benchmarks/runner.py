@@ -27,7 +27,7 @@ from . import (
 )
 from .harness import Result
 from .tables import table
-from .targets import evaluate, render_targets
+from .targets import evaluate, perf_table, render_perf, render_targets
 
 SECTIONS = ("redis", "handover", "many", "stores", "orchestrators", "extras")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -90,10 +90,12 @@ def store_table(kind: str, results: list[Result]) -> str:
 
 def handover_table(results: list[dict[str, Any]], processes: int, hold_ms: float) -> str:
     rows = [[r["name"], r.get("throughput_per_s"), r.get("p50_ms"), r.get("p99_ms"),
-             r.get("handovers"), r.get("overlaps"), r.get("error") or r.get("note")] for r in results]
+             r.get("handovers"), r.get("overlaps"), r.get("overtakes"),
+             r.get("error") or r.get("note")] for r in results]
     return table(f"Contended handover: {processes} processes, one key, hold {hold_ms:g} ms "
                  "(release start -> next holder's acquire returns)",
-                 ["contender", "holds/s", "p50 ms", "p99 ms", "handovers", "overlaps", "note"], rows)
+                 ["contender", "holds/s", "p50 ms", "p99 ms", "handovers", "overlaps",
+                  "overtakes", "note"], rows)
 
 
 def many_table(results: list[dict[str, Any]]) -> str:
@@ -202,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
              + (keepers.get("output") or keepers.get("skipped") or keepers.get("error", "")) + "\n")
 
     out["targets"] = evaluate(res)
+    out["performance"] = perf_table(res)
     out["machine"]["loadavg_end"] = list(os.getloadavg())
     out["elapsed_s"] = round(time.monotonic() - t0, 1)
     path = args.json or RESULTS / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
@@ -209,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     # Written before the last prints: a closed stdout pipe loses nothing.
     path.write_text(json.dumps(out, indent=2, default=str))
     show(render_targets(out["targets"]))
+    show(render_perf(out["performance"]))
     m = out["machine"]
     print(f"{m['cpu']}, {m['cores']} cores, Python {m['python']}; servers: "
           + ", ".join(f"{k} {v}" for k, v in out["servers"].items())

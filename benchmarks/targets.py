@@ -96,3 +96,95 @@ def render_targets(rows: list[dict[str, Any]]) -> str:
     return table("Targets (issue 9)", ["target", "status", "measured"],
                  [[r["target"], r["status"], r["measured"]] for r in rows],
                  left=("status", "measured"))
+
+
+# -- the performance issue's table (issue 18): every row with its goal ------------
+
+PRL_OFF = "python-redis-lock, auto_renewal=off"
+
+
+def _row(out: list[dict[str, Any]], figure: str, measured: str, goal: str, ok: bool | None) -> None:
+    out.append({"figure": figure, "measured": measured, "goal": goal,
+                "status": "n/a" if ok is None else "met" if ok else "MISSED"})
+
+
+def _perf_redis(rows: list[dict[str, Any]], out: list[dict[str, Any]]) -> None:
+    by = _by_name(rows)
+    for name, label, goal in ((LOCK, "LeaseLock acquire+release cycle vs redis-py Lock", 0.9),
+                              (RAW, "store-call cycle vs redis-py Lock", 1.0)):
+        r = by[name]
+        low, high = r["ratio_range"]
+        _row(out, label, f"{r['ratio_to_redis_py']:.2f}x ({low:.2f}-{high:.2f})", f">= {goal}x",
+             r["ratio_to_redis_py"] >= goal)
+    prl = by.get(PRL_OFF)
+    if prl:
+        ratio = by[RAW]["ratio_to_redis_py"] / prl["ratio_to_redis_py"]
+        lock = by[LOCK]["ratio_to_redis_py"] / prl["ratio_to_redis_py"]
+        _row(out, "vs python-redis-lock (auto-renewal off)",
+             f"store calls {ratio:.2f}x, LeaseLock {lock:.2f}x", "ahead (> 1.0x)", ratio > 1.0)
+    base = by[BASELINE]["client_cpu_us_per_cycle"]
+    for name in (RAW, LOCK):
+        cpu = by[name]["client_cpu_us_per_cycle"] / base
+        _row(out, f"client CPU per cycle vs redis-py ({name.split()[-1]})", f"{cpu:.2f}x",
+             "<= 1.0x", cpu <= 1.0)
+
+
+def _perf_handover(rows: list[dict[str, Any]], out: list[dict[str, Any]]) -> None:
+    by = _by_name(rows)
+    mine, prl = by.get("lease_integrations, Redis"), by.get("python-redis-lock")
+    if not mine or mine.get("p50_ms") is None:
+        return
+    beside = ""
+    if prl and prl.get("p50_ms") is not None:
+        beside = f"; python-redis-lock {prl['p50_ms']} / {prl['p99_ms']} ms"
+    _row(out, "contended handover, 8 processes, p50 / p99",
+         f"{mine['p50_ms']} / {mine['p99_ms']} ms, {mine.get('overtakes')} overtakes in "
+         f"{mine.get('handovers')} handovers{beside}", "<= 1.0 / 2.0 ms",
+         mine["p50_ms"] <= 1.0 and mine["p99_ms"] <= 2.0)
+
+
+def _perf_many(rows: list[dict[str, Any]], out: list[dict[str, Any]]) -> None:
+    for r in rows:
+        if r.get("name", "").startswith("lease_integrations") and r.get("cpu_pct") is not None:
+            _row(out, f"{r['leases']:,} leases on one heartbeat, CPU",
+                 f"{r['cpu_pct']} % ({r['cpu_us_per_renewal']} us per renewal, "
+                 f"{r['sends_per_s']} sends/s for {r['renewals_per_s']} renewals/s)", "<= 2 %",
+                 r["cpu_pct"] <= 2.0)
+
+
+def _perf_stores(cycles: dict[str, list[dict[str, Any]]], out: list[dict[str, Any]]) -> None:
+    goals = {"postgres": ("PostgreSQL acquire vs a one-row UPDATE", 1.5),
+             "sqlite": ("SQLite acquire vs a one-row write transaction", 1.3)}
+    for kind, (label, goal) in goals.items():
+        rows = cycles.get(kind)
+        if rows:
+            ratio = _by_name(rows)[RAW]["acquire_us_p50"] / rows[1]["acquire_us_p50"]
+            _row(out, label, f"{ratio:.2f}x", f"<= {goal}x", ratio <= goal)
+    rows = cycles.get("mongo")
+    if rows:
+        r = _by_name(rows)[RAW]
+        sends, acq = r.get("sends_per_cycle"), r.get("sends_acquire")
+        measured = "not counted" if sends is None else f"{acq} / {sends - acq} round trips"
+        _row(out, "MongoDB acquire / release round trips", measured,
+             "1 / 1, history atomic", None if sends is None else sends <= 2)
+
+
+def perf_table(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of the performance issue's table that this run measured."""
+    out: list[dict[str, Any]] = []
+    if "redis_cycle" in results:
+        _perf_redis(results["redis_cycle"], out)
+    if "handover" in results:
+        _perf_handover(results["handover"], out)
+    if "many_keys" in results:
+        _perf_many(results["many_keys"], out)
+    if "store_cycle" in results:
+        _perf_stores(results["store_cycle"], out)
+    return out
+
+
+def render_perf(rows: list[dict[str, Any]]) -> str:
+    return table("Performance (issue 18): each figure measured side by side in this run",
+                 ["figure", "measured", "goal", "status"],
+                 [[r["figure"], r["measured"], r["goal"], r["status"]] for r in rows],
+                 left=("measured", "goal", "status"))

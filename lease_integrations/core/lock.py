@@ -68,6 +68,9 @@ class LeaseLock:
     before the store could expire it.
     """
 
+    #: (pid, the lock's meta, the full validated meta): see ``_identity``.
+    _meta_cache: tuple[int, dict[str, Any], dict[str, Any]] | None = None
+
     def __init__(
         self,
         store: LeaseStore,
@@ -310,10 +313,17 @@ class LeaseLock:
 
     # -- shared steps ----------------------------------------------------------
     def _identity(self, meta: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
+        if not meta:  # the usual call: the lock's own meta, validated once per process
+            cached = self._meta_cache
+            if cached is not None and cached[0] == os.getpid() and cached[1] == self.meta:
+                return new_holder_id(), dict(cached[2])
         full = default_meta()
         full.update(self.meta)
         full.update(validate_meta(meta))
-        return new_holder_id(), validate_meta(full)
+        checked = validate_meta(full)
+        if not meta:
+            self._meta_cache = (os.getpid(), dict(self.meta), checked)
+        return new_holder_id(), dict(checked)
 
     def _next_wait(
         self, result: AcquireResult, backoff: Backoff, deadline: float | None

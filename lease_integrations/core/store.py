@@ -13,7 +13,7 @@ from __future__ import annotations
 import builtins
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypeVar
@@ -23,6 +23,9 @@ from .record import AcquireResult, LeaseRecord
 
 T = TypeVar("T")
 EventKind = Literal["acquired", "released", "broken", "lost"]
+
+#: One renewal of a batch: (key, secret, token, ttl).
+RenewItem = tuple[str, str, int, float]
 
 #: How many history events a store keeps per key before trimming the oldest.
 HISTORY_LIMIT = 100
@@ -66,6 +69,10 @@ class LeaseStore(ABC):
     #: True when ``wait_for_release`` is woken by the store on release
     #: (pub/sub, LISTEN/NOTIFY, a condition variable) rather than polling.
     notifies: bool = False
+    #: True when ``renew_many`` makes one round trip for the whole batch; the
+    #: heartbeat batches only then (otherwise parallel single renewals on its
+    #: pool are faster, and one slow call does not hold back the others).
+    batch_renewals: bool = False
 
     @abstractmethod
     def acquire(
@@ -86,6 +93,16 @@ class LeaseStore(ABC):
     def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
         """Extend to now + ttl iff secret and token match and the lease has not
         expired. False means the lease is gone for good: never resurrected."""
+
+    def renew_many(self, items: Sequence[RenewItem]) -> builtins.list[bool]:
+        """Renew several leases, each judged on its own exactly as ``renew``
+        would: the result has one bool per item, in order, and a refused item
+        loses only that lease. The heartbeat calls this with every lease of one
+        store that falls due in the same tick, so a store with a batch form
+        (one script, one statement) makes that one round trip instead of one
+        per lease. The default loops over ``renew``. An exception means the
+        whole batch failed transiently (the caller retries each lease)."""
+        return [self.renew(key, secret, token, ttl) for key, secret, token, ttl in items]
 
     @abstractmethod
     def release(self, key: str, secret: str, token: int) -> bool:

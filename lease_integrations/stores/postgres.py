@@ -30,7 +30,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 from urllib.parse import urlunsplit
@@ -42,7 +42,15 @@ from psycopg.types.json import Jsonb
 from ..core.config import mask_url, parse_url, query_options
 from ..core.errors import ConfigurationError, StoreUnavailable
 from ..core.record import AcquireResult, LeaseRecord, meta_from_json, parse_field
-from ..core.store import HISTORY_LIMIT, EventKind, LeaseEvent, LeaseStore, RecordList, readable_records
+from ..core.store import (
+    HISTORY_LIMIT,
+    EventKind,
+    LeaseEvent,
+    LeaseStore,
+    RecordList,
+    RenewItem,
+    readable_records,
+)
 from ._pg_listener import Listener
 from ._pg_pool import Pool, watchdog
 
@@ -137,6 +145,18 @@ UPDATE {t} SET renewed_at = c.now, expires_at = c.now + make_interval(secs => %(
 FROM (SELECT clock_timestamp() AS now) c
 WHERE key = %(key)s AND secret = %(secret)s AND holder IS NOT NULL AND token = %(token)s
   AND expires_at > c.now
+"""
+
+# The heartbeat's batch: every lease of one tick in one statement, each row
+# judged by the same conditions as RENEW; returns the positions renewed.
+RENEW_MANY = """
+UPDATE {t} l SET renewed_at = c.now, expires_at = c.now + make_interval(secs => b.ttl)
+FROM (SELECT clock_timestamp() AS now) c,
+     unnest(%(keys)s::text[], %(secrets)s::text[], %(tokens)s::bigint[], %(ttls)s::float8[])
+         WITH ORDINALITY AS b(key, secret, token, ttl, i)
+WHERE l.key = b.key AND l.secret = b.secret AND l.holder IS NOT NULL AND l.token = b.token
+  AND l.expires_at > c.now
+RETURNING b.i
 """
 
 # The event names the public holder, read from the row the secret matched.
@@ -269,7 +289,8 @@ class PostgresStore(LeaseStore):
         names = {"t": sql.Identifier(self.table), "e": sql.Identifier(f"{self.table}_events"),
                  "ei": sql.Identifier(f"{self.table}_events_by_key"),
                  "c": sql.Identifier(f"{self.table}_tokens")}
-        queries = {"schema": SCHEMA, "acquire": ACQUIRE, "renew": RENEW, "release": RELEASE,
+        queries = {"schema": SCHEMA, "acquire": ACQUIRE, "renew": RENEW,
+                   "renew_many": RENEW_MANY, "release": RELEASE,
                    "break": BREAK, "add_event": ADD_EVENT, "get": GET, "list": LIST,
                    "history": HISTORY}
         out = {name: sql.SQL(text).format(**names).as_string(None)  # type: ignore[arg-type]
@@ -384,6 +405,19 @@ class PostgresStore(LeaseStore):
         _, count = self._call("renew", {"key": key, "secret": secret, "token": token,
                                         "ttl": float(ttl)})
         return count == 1
+
+    batch_renewals = True
+
+    def renew_many(self, items: Sequence[RenewItem]) -> list[bool]:
+        """One statement for the whole batch (``RENEW_MANY``)."""
+        if not items:
+            return []
+        rows = self._run("renew_many", {"keys": [i[0] for i in items],
+                                        "secrets": [i[1] for i in items],
+                                        "tokens": [int(i[2]) for i in items],
+                                        "ttls": [float(i[3]) for i in items]})
+        done = {int(row[0]) for row in rows}
+        return [n in done for n in range(1, len(items) + 1)]
 
     def release(self, key: str, secret: str, token: int) -> bool:
         rows = self._run("release", {"key": key, "secret": secret, "token": token,

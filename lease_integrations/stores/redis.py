@@ -7,8 +7,9 @@ Acquire, renew and release are each one Lua script called by SHA: one atomic
 step and one round trip (redis-py's ``Script`` reloads a script the server
 flushed). Expiry and times are judged by the scripts on the server's
 ``TIME``; tokens are floored by that clock in microseconds. The key layout
-and the scripts are in ``redis_scripts.py``; release wake-ups in
-``redis_notify.py``.
+and the scripts are in ``redis_scripts.py``; the eviction-policy check in
+``redis_eviction.py``. A release wakes the next waiter through the key's
+wake-up list (``BLPOP``, see ``wait_for_release``).
 
 The client never retries a command by itself: a retried acquire whose first
 reply was lost would find its own lease and report it busy. The heartbeat and
@@ -19,8 +20,10 @@ from __future__ import annotations
 
 import builtins
 import json
+import logging
 import re
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
@@ -29,7 +32,7 @@ import redis
 from redis.exceptions import RedisClusterException
 
 from ..core.config import mask_url
-from ..core.errors import ConfigurationError, LeaseError, StoreUnavailable
+from ..core.errors import ConfigurationError, StoreUnavailable
 from ..core.record import AcquireResult, LeaseRecord, meta_from_json, parse_field
 from ..core.store import (
     HISTORY_LIMIT,
@@ -37,17 +40,22 @@ from ..core.store import (
     LeaseEvent,
     LeaseStore,
     RecordList,
+    RenewItem,
     readable_records,
 )
 from . import redis_checks, redis_connect, redis_scripts
 from .redis_eviction import check_eviction_policy
-from .redis_notify import ReleaseListener
+
+log = logging.getLogger("lease_integrations")
 
 #: A prefix is part of every key's hash tag ``{prefix:key}``: no ``:`` (so the
 #: split between prefix and key is unambiguous) and no braces or glob characters.
 PREFIX_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
 DEFAULT_PREFIX = "lease"
 DEFAULT_TIMEOUT = redis_connect.DEFAULT_TIMEOUT
+#: Leases per RENEW_MANY call: bounds the time one script holds the server
+#: (about 1 us per lease) and the size of one request.
+RENEW_BATCH = 500
 
 
 def _ms(value: Any) -> datetime:
@@ -110,6 +118,9 @@ class RedisStore(LeaseStore):
         redis_connect.adopt_client(client)
         self._client = client
         self._cluster = redis_connect.is_cluster(client)
+        # A Cluster renews one key per call (a script cannot span slots):
+        # there the heartbeat keeps renewing in parallel instead.
+        self.batch_renewals = not self._cluster
         if renew_client is None:
             renew_client = redis_connect.renew_client_for(client) or client
         else:
@@ -120,12 +131,17 @@ class RedisStore(LeaseStore):
         scripts = redis_scripts
         self._acquire = client.register_script(scripts.ACQUIRE)
         self._renew = renew_client.register_script(scripts.RENEW)
+        self._renew_many = renew_client.register_script(scripts.RENEW_MANY)
         self._release = client.register_script(scripts.RELEASE)
         self._force = client.register_script(scripts.FORCE_RELEASE)
         self._get = client.register_script(scripts.GET)
         self._event = client.register_script(scripts.RECORD_EVENT)
-        self._listener = ReleaseListener(client)
-        self._key_cache: dict[str, tuple[list[str], list[str]]] = {}
+        # Waiters block on a connection each: their own pool, so a crowd of
+        # waiters never starves acquires and releases of connections.
+        self._wait_client = redis_connect.wait_client_for(client) or client
+        timeout = redis_connect.socket_timeout_of(client)
+        self._wait_slice = max(0.05, timeout - 1.0) if timeout else 60.0
+        self._key_cache: dict[str, tuple[list[str], list[str], list[str]]] = {}
         try:
             self._connect_check()
             check_eviction_policy(client, url=self.url, allow_eviction=allow_eviction)
@@ -152,7 +168,7 @@ class RedisStore(LeaseStore):
     def _connect_check(self) -> None:
         """PING, SCRIPT LOAD and the ACL rights probe (``redis_checks``)."""
         redis_checks.connect_check(
-            self._client, [self._acquire, self._renew, self._release, self._force,
+            self._client, [self._acquire, self._renew, self._renew_many, self._release, self._force,
                            self._get, self._event],
             cluster=self._cluster, probe_key=self._keys("acl-probe", "rec")[0],
             probe_channel=self._channel("acl-probe"), prefix=self.prefix, url=self.url,
@@ -173,15 +189,16 @@ class RedisStore(LeaseStore):
         tag = self._tag(key)
         return [f"{tag}:{name}" for name in names]
 
-    def _prepared(self, key: str) -> tuple[list[str], list[str]]:
-        """The key names a lease's scripts take: [rec, hist] and [rec],
-        built once per key (a lock calls with the same key every time)."""
+    def _prepared(self, key: str) -> tuple[list[str], list[str], list[str]]:
+        """The key names a lease's scripts take: [rec, hist], [rec] and
+        [rec, hist, wake], built once per key (a lock calls with the same key
+        every time)."""
         found = self._key_cache.get(key)
         if found is None:
             if len(self._key_cache) > 4096:  # bounded: a process touching many keys
                 self._key_cache.clear()
-            both = self._keys(key, "rec", "hist")
-            found = self._key_cache[key] = (both, both[:1])
+            every = self._keys(key, "rec", "hist", "wake")
+            found = self._key_cache[key] = (every[:2], every[:1], every)
         return found
 
     def _channel(self, key: str) -> str:
@@ -226,10 +243,28 @@ class RedisStore(LeaseStore):
                                args=[secret, str(token), max(1, round(ttl * 1000))])
         return bool(done)
 
+    def renew_many(self, items: Sequence[RenewItem]) -> builtins.list[bool]:
+        """One script call for the whole batch (``RENEW_MANY``) on one server.
+        A Cluster script cannot span slots and every key has its own slot, so
+        there each lease is renewed by its own call."""
+        if self._cluster:
+            return super().renew_many(items)
+        out: builtins.list[bool] = []
+        for start in range(0, len(items), RENEW_BATCH):
+            chunk = items[start:start + RENEW_BATCH]
+            keys = [self._prepared(key)[1][0] for key, _, _, _ in chunk]
+            args: builtins.list[Any] = []
+            for _, secret, token, ttl in chunk:
+                args += (secret, str(token), max(1, round(ttl * 1000)))
+            with self._errors():
+                replies = self._renew_many(keys=keys, args=args)
+            out += [bool(r) for r in replies]
+        return out
+
     def release(self, key: str, secret: str, token: int) -> bool:
         with self._errors():
             done = self._release(
-                keys=self._prepared(key)[0],
+                keys=self._prepared(key)[2],
                 args=[secret, str(token), _RELEASED_HEAD, HISTORY_LIMIT, self._channel(key)],
             )
         return bool(done)
@@ -258,7 +293,7 @@ class RedisStore(LeaseStore):
     def force_release(self, key: str, by: str) -> LeaseRecord | None:
         head = _event_head("broken", _detail({"by": by}), with_holder=False)
         with self._errors():
-            reply = self._force(keys=self._prepared(key)[0],
+            reply = self._force(keys=self._prepared(key)[2],
                                 args=[head, HISTORY_LIMIT, self._channel(key)])
         return self._record(key, reply)
 
@@ -286,22 +321,34 @@ class RedisStore(LeaseStore):
             self._event(keys=self._prepared(key)[0], args=[head, str(token), HISTORY_LIMIT])
 
     def wait_for_release(self, key: str, timeout: float) -> bool:
+        """Block on the key's wake-up list (``BLPOP``): a release pushes one
+        element, so it wakes one waiter, the one that blocked first, instead
+        of every waiter racing for the key. Blocks in slices shorter than the
+        socket timeout. Connection trouble makes the wait a plain sleep
+        returning False: the caller's next acquire reports an outage, or its
+        polling takes over."""
         if timeout <= 0:
             return False
-        def is_free() -> bool:
-            try:
-                record = self.get(key)
-            except (StoreUnavailable, LeaseError):
+        wake = self._prepared(key)[2][2]
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0.001:
                 return False
-            return record is None or not record.held
-
-        return self._listener.wait(self._channel(key), is_free, timeout)
+            try:
+                if self._wait_client.blpop([wake], timeout=min(remaining, self._wait_slice)):
+                    return True
+            except (redis.RedisError, RedisClusterException) as exc:
+                log.debug("waiting on %s failed: %s", key, exc)
+                time.sleep(max(0.0, deadline - time.monotonic()))
+                return False
 
     def close(self) -> None:
-        self._listener.close()
         self._close_clients()
 
     def _close_clients(self) -> None:
+        if self._wait_client is not self._client:
+            self._wait_client.close()
         self._client.close()
         if self._renew_client is not self._client:
             self._renew_client.close()

@@ -33,7 +33,7 @@ from .redis_connect import short_error
 #: a pipeline of scripts), ``history`` (LRANGE), ``wait_for_release`` (EXISTS,
 #: SUBSCRIBE) and the eviction-policy check (INFO).
 CLIENT_COMMANDS = ("evalsha", "script|load", "script|exists", "ping", "info", "scan", "exists",
-                   "lrange", "subscribe", "unsubscribe")
+                   "lrange", "subscribe", "unsubscribe", "blpop")
 
 #: What redis-py's RedisCluster client sends besides: the slot map and the
 #: command table (to find each command's keys).

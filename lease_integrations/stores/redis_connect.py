@@ -339,3 +339,28 @@ def renew_client_for(client: Any) -> Any | None:
         connection_class=pool.connection_class, max_connections=RENEW_CONNECTIONS,
         timeout=kwargs.get("socket_timeout") or DEFAULT_TIMEOUT, retry=no_retry(), **kwargs)
     return redis.Redis(connection_pool=renew_pool)
+
+
+def wait_client_for(client: Any) -> Any | None:
+    """A pool beside a plain ``redis.Redis`` for threads blocked in ``BLPOP``
+    waiting for a release (one connection each while they wait, none kept
+    idle beyond redis-py's pool); None (share the client) otherwise."""
+    pool: Any = getattr(client, "connection_pool", None)
+    if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool,
+                          FairBlockingConnectionPool):
+        return None
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if k != "retry"}
+    return redis.Redis(connection_pool=redis.ConnectionPool(
+        connection_class=pool.connection_class, retry=no_retry(), **kwargs))
+
+
+def socket_timeout_of(client: Any) -> float | None:
+    """The client's socket timeout: a blocking command must return before it."""
+    pool: Any = getattr(client, "connection_pool", None)
+    if pool is None:  # RedisCluster keeps its settings per node
+        found = getattr(client, "nodes_manager", None)
+        kwargs = getattr(found, "connection_kwargs", {}) if found else {}
+    else:
+        kwargs = getattr(pool, "connection_kwargs", {})
+    value = kwargs.get("socket_timeout", DEFAULT_TIMEOUT)
+    return None if value is None else float(value)

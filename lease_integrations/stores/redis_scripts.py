@@ -1,7 +1,7 @@
 """The Redis store's Lua: each lease operation is one script, so it is one
 atomic step on the server and one round trip from the client.
 
-Keys of one lease (both share the hash tag ``{prefix:key}``, so they live in
+Keys of one lease (all share the hash tag ``{prefix:key}``, so they live in
 one Redis Cluster slot and one script may touch them both):
 
 - ``…:rec``   one hash: holder, secret, token, acquired_at, renewed_at,
@@ -10,6 +10,9 @@ one Redis Cluster slot and one script may touch them both):
   key carries a TTL: only an ``allkeys-*`` eviction policy could drop it (the
   store refuses those at connect, see ``redis_eviction``). Release and break
   delete holder and secret; the hash and its token stay.
+- ``…:wake``  a list the waiters ``BLPOP`` on; release and break push one
+  element, so one waiter wakes per release, first blocked first served. It
+  carries no lease state, so it alone has a TTL (``WAKE_TTL_MS``).
 - ``…:hist``  a list of JSON events, appended by the same scripts and trimmed
   to the newest ``HISTORY_LIMIT`` only once it has grown ``TRIM_SLACK`` past
   that (``RPUSH`` returns the length, so the check is free).
@@ -33,6 +36,10 @@ from __future__ import annotations
 #: History is trimmed back to HISTORY_LIMIT once it is this much longer.
 TRIM_SLACK = 32
 
+#: How long a wake-up nobody took stays (milliseconds): a waiter between two
+#: BLPOPs still finds it; LeaseLock polls as well, so it need not be longer.
+WAKE_TTL_MS = 10_000
+
 # Shared helpers, prepended to every script. KEYS[1] = rec, KEYS[2] = hist.
 _PRELUDE = """
 local function fmt(n) return string.format('%.0f', n) end
@@ -47,6 +54,15 @@ local function record(now)
                        'expires_at', 'meta')
   if not f[2] then return false end
   return {0, f[1], f[2], f[3], f[4], f[5], now, f[6]}
+end
+-- Wake the next waiter (KEYS[3], a list waiters BLPOP on): one element, so
+-- one waiter wakes, in the order they blocked. DEL first, so releases nobody
+-- waited for leave at most one stale wake-up behind; the list carries no
+-- lease state, so it may expire (and must: nothing else removes it).
+local function wake()
+  redis.call('DEL', KEYS[3])
+  redis.call('RPUSH', KEYS[3], '1')
+  redis.call('PEXPIRE', KEYS[3], """ + str(WAKE_TTL_MS) + """)
 end
 -- Append one event; trim only now and then. head is the JSON object's start.
 local function push_event(head, token, now, limit)
@@ -86,19 +102,41 @@ redis.call('HSET', KEYS[1], 'renewed_at', now, 'expires_at', now + tonumber(ARGV
 return 1
 """
 
-#: KEYS: rec, hist. ARGV: secret, token, event_head (without holder), limit,
-#: channel. Returns 1 when released; wakes waiters in the same step.
+#: The heartbeat's batch. KEYS: rec of each lease (any slots on one server;
+#: on a Cluster the client sends one key per call). ARGV: secret, token,
+#: ttl_ms for each key in turn. Returns one 1/0 per key, each judged as RENEW
+#: judges it, against one reading of the server's clock.
+RENEW_MANY = _PRELUDE + """
+local now = clock()
+local out = {}
+for i, rec in ipairs(KEYS) do
+  local a = i * 3 - 2
+  local f = redis.call('HMGET', rec, 'secret', 'token', 'expires_at')
+  if f[1] == ARGV[a] and f[2] == ARGV[a + 1] and (tonumber(f[3]) or 0) > now then
+    redis.call('HSET', rec, 'renewed_at', now, 'expires_at', now + tonumber(ARGV[a + 2]))
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+"""
+
+#: KEYS: rec, hist, wake. ARGV: secret, token, event_head (without holder),
+#: limit, channel. Returns 1 when released; wakes the next waiter (and
+#: publishes the release for pub/sub listeners) in the same step.
 RELEASE = _PRELUDE + """
 local f = redis.call('HMGET', KEYS[1], 'secret', 'token', 'holder')
 if f[1] ~= ARGV[1] or f[2] ~= ARGV[2] or not f[3] then return 0 end
 local now = clock()
 redis.call('HDEL', KEYS[1], 'holder', 'secret')
 push_event(ARGV[3] .. ',"holder":' .. cjson.encode(f[3]), ARGV[2], now, tonumber(ARGV[4]))
+wake()
 redis.pcall('PUBLISH', ARGV[5], 'released')  -- best effort: waiters also poll
 return 1
 """
 
-#: KEYS: rec, hist. ARGV: event_head (without holder), limit, channel.
+#: KEYS: rec, hist, wake. ARGV: event_head (without holder), limit, channel.
 #: Returns the record as it was before the break, or nil when there is none.
 FORCE_RELEASE = _PRELUDE + """
 local now = clock()
@@ -108,6 +146,7 @@ redis.call('HDEL', KEYS[1], 'holder', 'secret')
 local holder = 'null'
 if before[2] then holder = cjson.encode(before[2]) end
 push_event(ARGV[1] .. ',"holder":' .. holder, before[3], now, tonumber(ARGV[2]))
+wake()
 redis.pcall('PUBLISH', ARGV[3], 'released')
 return before
 """
@@ -124,4 +163,4 @@ push_event(ARGV[1], ARGV[2], (clock()), tonumber(ARGV[3]))
 return 1
 """
 
-ALL = (ACQUIRE, RENEW, RELEASE, FORCE_RELEASE, GET, RECORD_EVENT)
+ALL = (ACQUIRE, RENEW, RENEW_MANY, RELEASE, FORCE_RELEASE, GET, RECORD_EVENT)

@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -208,6 +208,39 @@ def test_renew_after_release_or_break_fails(store: LeaseStore, key: str) -> None
     assert not store.renew(key, S("bob"), rec2.token, TTL)
     record = store.get(key)
     assert record is not None and record.state == "released"
+
+
+def test_renew_many_judges_each_lease_on_its_own(store: LeaseStore, key: str) -> None:
+    """The heartbeat's batch: one refused renewal loses only that lease."""
+    good = grant(store, key + "-good", "alice", ttl=5.0)
+    other = grant(store, key + "-other", "bob")
+    gone = grant(store, key + "-gone", "carol")
+    assert store.release(key + "-gone", S("carol"), gone.token)
+    broken = grant(store, key + "-broken", "dave")
+    store.force_release(key + "-broken", by="operator")
+    assert store.renew_many([]) == []
+    done = store.renew_many([
+        (key + "-good", S("alice"), good.token, TTL),
+        (key + "-other", S("mallory"), other.token, 3 * TTL),  # wrong secret
+        (key + "-other", S("bob"), other.token + 1, 3 * TTL),  # wrong token
+        (key + "-gone", S("carol"), gone.token, TTL),         # released
+        (key + "-broken", S("dave"), broken.token, TTL),      # broken
+        (key + "-never", S("erin"), 1, TTL),                  # never acquired
+    ])
+    assert done == [True, False, False, False, False, False]
+    record = store.get(key + "-good")
+    assert record is not None and record.holder == "alice" and record.token == good.token
+    assert record.expires_at is not None and good.expires_at is not None
+    assert record.expires_at > good.expires_at
+    untouched = store.get(key + "-other")
+    assert untouched is not None and untouched.expires_at is not None
+    assert other.expires_at is not None  # not extended to 3 * TTL
+    assert untouched.expires_at < other.expires_at + timedelta(seconds=TTL)
+    assert store.get(key + "-never") is None
+    for k in ("-gone", "-broken"):  # never resurrected
+        after = store.get(key + k)
+        assert after is not None and after.state == "released"
+    assert store.renew_many([(key + "-other", S("bob"), other.token, TTL)]) == [True]
 
 
 # -- release ---------------------------------------------------------------------

@@ -41,12 +41,13 @@ def until(predicate: Any, timeout: float = 15.0, what: str = "condition") -> Non
         time.sleep(0.01)
 
 
-def subscribers(cluster: RedisClusterNodes, channel: str) -> int:
-    """PUBSUB NUMSUB is per node: add up every node's count."""
+def blocked(cluster: RedisClusterNodes) -> int:
+    """Clients blocked in BLPOP (waiters), added up over every node."""
     total = 0
     for node in cluster.nodes:
-        reply = command(node.port, "PUBSUB", "NUMSUB", channel)
-        total += int(reply.rstrip().rsplit(":", 1)[-1])
+        for line in command(node.port, "CLIENT", "LIST").splitlines():
+            fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+            total += fields.get("cmd") == "blpop" and "b" in fields.get("flags", "")
     return total
 
 
@@ -70,8 +71,7 @@ def test_a_waiting_lock_is_woken_by_the_release_notification_on_a_cluster(
         lock = LeaseLock(waiter_store, key, ttl=30)
         thread = threading.Thread(target=lambda: got.append(lock.acquire(wait=60)))
         thread.start()
-        channel = waiter_store._channel(key)  # type: ignore[attr-defined]
-        until(lambda: subscribers(redis_cluster, channel) >= 1, what="the waiter to subscribe")
+        until(lambda: blocked(redis_cluster) >= 1, what="the waiter to block")
         holder_lock.release(held)
         thread.join(timeout=30)
         assert got and got[0].token > held.token
@@ -82,12 +82,11 @@ def test_a_waiting_lock_is_woken_by_the_release_notification_on_a_cluster(
         waiter_store.close()
 
 
-def test_waiters_on_keys_of_different_masters_share_one_subscription_and_each_is_woken(
+def test_waiters_on_keys_of_different_masters_are_each_woken(
     redis_cluster: RedisClusterNodes, redis_cluster_url: str, raw: RedisCluster
 ) -> None:
-    """A release PUBLISHes on the master that owns the key; a cluster forwards
-    PUBLISH to every node, so the store's one subscription connection (on
-    whichever node it opened) hears releases from all masters."""
+    """A release pushes the wake-up onto the key's list on the master that
+    owns it; each waiter's BLPOP is routed to that master."""
     base = f"nodes-{uuid.uuid4().hex[:8]}"
     by_node: dict[str, str] = {}
     for i in range(64):
@@ -103,9 +102,7 @@ def test_waiters_on_keys_of_different_masters_share_one_subscription_and_each_is
             k, waiter.wait_for_release(k, 30))) for k in keys]
         for t in threads:
             t.start()
-        for k in keys:
-            channel = waiter._channel(k)  # type: ignore[attr-defined]
-            until(lambda c=channel: subscribers(redis_cluster, c) >= 1, what=f"a subscription to {k}")
+        until(lambda: blocked(redis_cluster) >= len(keys), what="every waiter to block")
         for k in keys:
             locks[k].release(leases[k])
         for t in threads:

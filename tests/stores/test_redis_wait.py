@@ -1,5 +1,5 @@
-"""Redis store under concurrency: release notifications wake waiters, the
-heartbeat renews from worker threads while the main thread works, and a
+"""Redis store under concurrency: a release wakes the next waiter (one, in
+the order they blocked), the heartbeat renews from worker threads while the main thread works, and a
 forked child never reuses the parent's sockets."""
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ def until(predicate: Any, timeout: float = 10.0, what: str = "condition") -> Non
         time.sleep(0.01)
 
 
-def subscribers(raw: redis.Redis, key: str) -> int:
-    counts = dict(raw.pubsub_numsub(f"{{lease:{key}}}:released@0"))
-    return int(counts.get(f"{{lease:{key}}}:released@0", 0))
+def blocked(raw: redis.Redis) -> int:
+    """Clients blocked in BLPOP on this server (waiters; tests run one at a time)."""
+    return sum(1 for c in raw.client_list() if c.get("cmd") == "blpop" and "b" in c.get("flags", ""))
 
 
 def test_a_waiting_lock_is_woken_by_the_release_notification(
@@ -64,7 +64,7 @@ def test_a_waiting_lock_is_woken_by_the_release_notification(
         lock = LeaseLock(waiter, key, ttl=30)
         thread = threading.Thread(target=lambda: got.append(lock.acquire(wait=60)))
         thread.start()
-        until(lambda: subscribers(raw, key) >= 1, what="the waiter to subscribe")
+        until(lambda: blocked(raw) >= 1, what="the waiter to block")
         assert holder.release(key, "alice", held.token)
         thread.join(timeout=30)
         assert got and got[0].token > held.token
@@ -75,7 +75,7 @@ def test_a_waiting_lock_is_woken_by_the_release_notification(
         waiter.close()
 
 
-def test_waiters_on_different_keys_share_one_listener_and_each_is_woken(
+def test_waiters_on_different_keys_are_each_woken_by_their_own_release(
     redis_url: str, raw: redis.Redis, key: str
 ) -> None:
     store = _store(redis_url)
@@ -90,14 +90,48 @@ def test_waiters_on_different_keys_share_one_listener_and_each_is_woken(
         threads = [threading.Thread(target=wait, args=(k,)) for k in keys]
         for t in threads:
             t.start()
-        for k in keys:
-            until(lambda k=k: subscribers(raw, k) >= 1, what=f"a subscription to {k}")
+        until(lambda: blocked(raw) >= 3, what="three blocked waiters")
         for k in reversed(keys):
             assert store.release(k, "alice", tokens[k])
         for t in threads:
             t.join(timeout=30)
         assert results == {k: True for k in keys}
-        assert subscribers(raw, keys[0]) == 1, "one store object keeps one subscription per key"
+    finally:
+        store.close()
+
+
+def test_a_release_wakes_one_waiter_the_first_that_blocked(
+    redis_url: str, raw: redis.Redis, key: str
+) -> None:
+    """Wake one, not all: every waiter woken races for the key and all but
+    one go back to sleep; the first to block is the one woken."""
+    store = _store(redis_url)
+    try:
+        token = store.acquire(key, "alice", "alice", 30, {}).record.token  # type: ignore[union-attr]
+        woken: list[int] = []
+        base = blocked(raw)
+
+        def wait(i: int) -> None:
+            if store.wait_for_release(key, 20):
+                woken.append(i)
+
+        threads = []
+        for i in range(3):
+            threads.append(threading.Thread(target=wait, args=(i,)))
+            threads[-1].start()
+            until(lambda i=i: blocked(raw) >= base + i + 1, what=f"waiter {i} to block")
+        assert store.release(key, "alice", token)
+        until(lambda: bool(woken), what="a waiter to wake")
+        assert woken == [0]
+        assert blocked(raw) == base + 2, "the other waiters were woken too"
+        token = store.acquire(key, "bob", "bob", 30, {}).record.token  # type: ignore[union-attr]
+        assert store.release(key, "bob", token)
+        until(lambda: len(woken) == 2, what="the second waiter to wake")
+        assert woken == [0, 1]
+        store.force_release(key, by="test")  # a break wakes the next waiter too
+        for t in threads:
+            t.join(timeout=30)
+        assert woken == [0, 1, 2]
     finally:
         store.close()
 
@@ -131,6 +165,8 @@ def _child(store: RedisStore, key: str, write_fd: int) -> None:
     try:
         child_id = store._client.client_id()
         granted = store.acquire(f"{key}-child", "child", "child", 30, {}).granted
+        free = store.acquire(f"{key}-free", "child", "child", 30, {}).record
+        assert free is not None and store.release(f"{key}-free", "child", free.token)
         free_wake = store.wait_for_release(f"{key}-free", 5.0)
         os.write(write_fd, json.dumps([child_id, granted, free_wake]).encode())
     finally:
@@ -142,7 +178,7 @@ def test_a_forked_child_opens_its_own_connections(redis_url: str, raw: redis.Red
     try:
         held = store.acquire(key, "parent", "parent", 30, {}).record
         assert held is not None
-        assert not store.wait_for_release(key, 0.05)  # parent's listener is now subscribed
+        assert not store.wait_for_release(key, 0.05)  # parent's wait connection is now open
         parent_id = store._client.client_id()
         read_fd, write_fd = os.pipe()
         pid = os.fork()
@@ -163,11 +199,11 @@ def test_a_forked_child_opens_its_own_connections(redis_url: str, raw: redis.Red
         assert store._client.client_id() == parent_id, "the parent's connection was disturbed"
         child_rec = store.get(f"{key}-child")
         assert child_rec is not None and child_rec.holder == "child"
-        # The parent's own listener still works after the child came and went.
+        # The parent's own wait still works after the child came and went.
         result: list[bool] = []
         waiter = threading.Thread(target=lambda: result.append(store.wait_for_release(key, 30)))
         waiter.start()
-        until(lambda: subscribers(raw, key) >= 1, what="the parent's subscription")
+        until(lambda: blocked(raw) >= 1, what="the parent's waiter to block")
         assert store.release(key, "parent", held.token)
         waiter.join(timeout=30)
         assert result == [True]

@@ -1,0 +1,62 @@
+"""Batched renewals: the heartbeat renews the leases of one store that fall
+due in the same tick with one ``renew_many`` call, and still judges each lease
+on its own (a refused renewal loses that lease and no other)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from lease_integrations import LeaseLock
+from lease_integrations.core.store import RenewItem
+from lease_integrations.stores.memory import MemoryStore
+
+
+class CountingStore(MemoryStore):
+    """The real memory store, recording the size of every batch it is asked
+    to renew (the heartbeat is what is under test, not the store)."""
+
+    batch_renewals = True
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.batches: list[int] = []
+        self.seen = threading.Event()
+
+    def renew_many(self, items: Sequence[RenewItem]) -> list[bool]:
+        self.batches.append(len(items))
+        if len(items) > 1:
+            self.seen.set()
+        return super().renew_many(items)
+
+
+def test_leases_due_together_are_renewed_in_one_call_and_judged_alone(key: str) -> None:
+    store = CountingStore(key)
+    locks = [LeaseLock(store, f"{key}-{i}", ttl=1.5, on_lost="check") for i in range(20)]
+    leases = [lock.acquire(wait=0) for lock in locks]
+    try:
+        if not store.seen.wait(10):
+            pytest.fail(f"no batched renewal within 10 s; batches seen: {store.batches}")
+        assert max(store.batches) > 1
+        victim = leases[7]
+        store.force_release(victim.key, by="test")
+        deadline = time.monotonic() + 10
+        while not victim.lost.is_set():
+            assert time.monotonic() < deadline, "the broken lease was never reported lost"
+            time.sleep(0.02)
+        # Every other lease goes on renewing: two more intervals, none lost.
+        marks = {lease.key: store.get(lease.key).renewed_at for lease in leases  # type: ignore[union-attr]
+                 if lease is not victim}
+        deadline = time.monotonic() + 10
+        while any(store.get(k).renewed_at == at for k, at in marks.items()):  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the other leases stopped renewing"
+            time.sleep(0.02)
+        assert [lease.key for lease in leases if lease.lost.is_set()] == [victim.key]
+    finally:
+        for lock, lease in zip(locks, leases):
+            if lease is not leases[7]:
+                lock.release(lease)
+        store.close()
