@@ -14,10 +14,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk.exceptions import AirflowSkipException
 
 from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock, LeaseStore, connect
 
+from ._compat import AirflowSkipException
 from .connections import DEFAULT_CONN_ID, resolve_store_url
 from .meta import task_meta
 from .options import DEFAULT_TTL, LeaseOptions, default_key

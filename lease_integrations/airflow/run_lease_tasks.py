@@ -16,10 +16,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowSkipException
 
 from lease_integrations import LeaseBusy, LeaseLost, LeaseStore, connect
 
+from ._compat import AirflowSkipException
 from .connections import DEFAULT_CONN_ID, resolve_store_url
 from .keeper_trigger import DagRunLeaseKeeperTrigger
 from .options import LeaseOptions
