@@ -21,6 +21,7 @@ case "$cmd" in
   docs)
     # The documentation site, strict: a broken link, nav entry or API reference fails.
     ensure_docs_env
+    export NO_MKDOCS_2_WARNING=1  # the theme's end-of-life banner, not a build problem
     exec .venv-docs/bin/mkdocs build --strict --site-dir "${LEASE_DOCS_SITE:-site}" "$@"
     ;;
   setup)

@@ -50,7 +50,7 @@ for v in 3.10 3.12 3.13; do
   phase "core on Python $v" ".venv-py$v/bin/pytest" "${PY[@]}" tests/core tests/conformance \
     -k "memory or sqlite or not store" "$@"
 done
-phase "docs (mkdocs --strict)" .venv-docs/bin/mkdocs build --strict --quiet --site-dir "$LOGS/site"
+phase "docs (mkdocs --strict)" env NO_MKDOCS_2_WARNING=1 .venv-docs/bin/mkdocs build --strict --quiet --site-dir "$LOGS/site"
 phase "ruff" .venv/bin/ruff check lease_integrations tests example_dags example_flows benchmarks
 phase "mypy" .venv/bin/mypy
 
