@@ -5,6 +5,9 @@ long GC, a frozen VM) wakes up believing it still holds the lease, while a
 newer run already holds it. The fencing token closes the gap: every write
 checks the token in the same transaction, and the database rejects a token
 older than one it has already accepted (``StaleToken``), rolling the write back.
+
+Run it: copy this file into your DAGs folder (``$AIRFLOW_HOME/dags``), then
+``airflow dags test fenced_ledger`` runs it once without a scheduler.
 """
 
 from __future__ import annotations

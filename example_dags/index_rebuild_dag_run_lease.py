@@ -15,6 +15,11 @@ newer index.
 
 Store: the ``lease_default`` connection, or ``$LEASE_STORE_URL``, or the
 embedded SQLite file under ``$AIRFLOW_HOME``.
+
+Run it: copy this file into your DAGs folder (``$AIRFLOW_HOME/dags``), then
+``airflow dags test index_rebuild_dag_run_lease`` runs it once without a scheduler (no
+triggerer runs there, so the deferred parts behave as in production only under
+``airflow standalone`` or a scheduler with a triggerer).
 """
 
 # ruff: noqa: SIM117  (the lease block reads best nested inside the DAG block)

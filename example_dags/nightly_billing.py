@@ -10,6 +10,11 @@ watches the lease), for up to six hours, then fails.
 The store: the Airflow Connection ``lease_default`` (redis, postgres, mongo or
 sqlite) if it exists, else the SQLite file under ``$AIRFLOW_HOME`` (enough
 for a single-host install; use a networked store across hosts).
+
+Run it: copy this file into your DAGs folder (``$AIRFLOW_HOME/dags``), then
+``airflow dags test nightly_billing`` runs it once without a scheduler (no
+triggerer runs there, so the deferred parts behave as in production only under
+``airflow standalone`` or a scheduler with a triggerer).
 """
 
 from __future__ import annotations

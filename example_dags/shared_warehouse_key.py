@@ -5,6 +5,10 @@ DB; a lease key is just a name, so any tasks that use the same key (in any
 DAG, even in another Airflow install sharing the store) exclude each other.
 The hourly load skips an hour while the weekly rebuild holds the key; the
 rebuild waits for a running load to finish.
+
+Run it: copy this file into your DAGs folder (``$AIRFLOW_HOME/dags``), then
+``airflow dags test warehouse_hourly_load`` runs it once without a scheduler (and
+``airflow dags test warehouse_weekly_rebuild`` for the other DAG).
 """
 
 from __future__ import annotations

@@ -10,6 +10,13 @@ lease (host, pid, flow run id), and the first run is untouched.
 
 Without ``LEASE_STORE_URL`` the lease lives in a SQLite file in the user's
 state directory: enough for one machine, not for workers on several.
+
+``serve()`` runs until you stop it (Ctrl-C) and schedules runs through a
+Prefect server: start one first (``prefect server start``, and
+``prefect config set PREFECT_API_URL=http://127.0.0.1:4200/api`` in this
+shell). Against the ephemeral API Prefect starts when no server is
+configured, nothing is ever scheduled. To run the flow once instead, call
+``nightly_billing()``.
 """
 
 from __future__ import annotations

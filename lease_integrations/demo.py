@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -107,8 +108,18 @@ def main_demo() -> int:
     with sqlite3.connect(ledger) as conn:
         rows = conn.execute("SELECT token, run_id FROM invoices ORDER BY rowid").fetchall()
     print("\nInvoices table (token, run):", rows)
-    print(f"Inspect the store yourself:  leasectl --url {url} history {KEY}")
+    print(f"Inspect the store yourself:  {_leasectl()} --url {url} history {KEY}")
     return 0
+
+
+def _leasectl() -> str:
+    """How to run leasectl from the user's shell: ``./run demo`` uses ``.venv``
+    without activating it, so a bare ``leasectl`` would not be found there."""
+    beside = Path(sys.executable).parent / "leasectl"
+    if not beside.exists() or shutil.which("leasectl") == str(beside):
+        return "leasectl"
+    relative = os.path.relpath(beside)
+    return relative if not relative.startswith("..") else str(beside)
 
 
 def main(argv: list[str] | None = None) -> int:

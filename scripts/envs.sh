@@ -24,13 +24,14 @@ ensure_core_env() {
   echo "$want" > .venv/.stamp
 }
 
-_ensure_extra_env() {  # name python extras
+_ensure_extra_env() {  # name python extras [more requirements...]
   local dir="$1" py="$2" extras="$3" want
+  shift 3
   want="$dir-$(_stamp)"
   if [ -f "$dir/.stamp" ] && [ "$(cat "$dir/.stamp")" = "$want" ]; then return; fi
-  echo "==> building $dir ($extras)" >&2
+  echo "==> building $dir ($extras $*)" >&2
   [ -x "$dir/bin/python" ] || _uv venv -q --python "$py" "$dir"
-  _uv pip install -q --python "$dir/bin/python" -e ".[$extras]"
+  _uv pip install -q --python "$dir/bin/python" -e ".[$extras]" "$@"
   echo "$want" > "$dir/.stamp"
 }
 
@@ -45,9 +46,27 @@ ensure_compat_env() {  # version (3.10, 3.12, 3.13): the core on every supported
 ensure_airflow_env() { ensure_core_env; _ensure_extra_env .venv-airflow "$PY311" "airflow,test"; }
 ensure_prefect_env() { ensure_core_env; _ensure_extra_env .venv-prefect "$PY311" "prefect,test"; }
 
+# The oldest releases the extras allow (the floors in pyproject.toml), for the
+# smoke phase; see docs/development.md#support-matrix. Only pytest beside them:
+# the [test] extra brings SQLAlchemy 2 and store clients the smoke test does not use.
+AIRFLOW_OLDEST=3.1.8
+PREFECT_OLDEST=3.9.0
+SMOKE_TOOLS=("pytest>=8" "pytest-timeout>=2.3")
+ensure_airflow_oldest_env() {
+  ensure_core_env
+  _ensure_extra_env .venv-airflow-min "$PY311" "airflow" "apache-airflow==$AIRFLOW_OLDEST" "${SMOKE_TOOLS[@]}"
+}
+ensure_prefect_oldest_env() {
+  ensure_core_env
+  _ensure_extra_env .venv-prefect-min "$PY311" "prefect" "prefect==$PREFECT_OLDEST" "${SMOKE_TOOLS[@]}"
+}
+
+# MkDocs, Material and mkdocstrings for the documentation site (./run docs).
+ensure_docs_env() { ensure_core_env; _ensure_extra_env .venv-docs "$PY311" "docs"; }
+
 ensure_mongo_env() {
   # The MongoDB-wire test server (mongoeco) needs Python >= 3.13; pymongo must sit
-  # beside it or the server closes every connection at once (NOTES.md).
+  # beside it or the server closes every connection at once (docs/development.md).
   ensure_core_env
   local want; want="mongo-$(_stamp)"
   if [ -f .venv-mongo/.stamp ] && [ "$(cat .venv-mongo/.stamp)" = "$want" ]; then return; fi

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The whole test suite: lint, types, then every test phase in its environment.
-# Each phase starts the servers it needs itself (pytest fixtures, 127.0.0.1,
-# stopped at the end). Airflow and Prefect cannot share one environment at
-# their latest releases (NOTES.md), so each has its own.
+# The whole test suite: lint, types, docs, then every test phase in its environment.
+# Each phase starts the servers it needs itself (pytest fixtures, 127.0.0.1 on
+# free ports, stopped at the end), so independent phases run side by side:
+# $LEASE_TEST_JOBS at a time (default 2, one per core of the CI machine kind).
+# Airflow and Prefect cannot share one environment at their latest releases
+# (docs/development.md), so each has its own; the oldest supported releases
+# get a smoke phase each.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -14,41 +17,78 @@ ensure_browser
 ensure_mongo_env
 ensure_airflow_env
 ensure_prefect_env
+ensure_airflow_oldest_env
+ensure_prefect_oldest_env
+ensure_docs_env
 for v in 3.10 3.12 3.13; do ensure_compat_env "$v"; done
 set +e
 
 export LEASE_TEST_REQUIRE_ALL=1   # a missing server fails the run instead of skipping
-failed=()
-start=$SECONDS
+export LEASE_TEST_AIRFLOW_PYTHON="$ROOT/.venv-airflow/bin/python"
+export LEASE_TEST_PREFECT_PYTHON="$ROOT/.venv-prefect/bin/python"
+JOBS="${LEASE_TEST_JOBS:-2}"
+LOGS="$(mktemp -d "${TMPDIR:-/tmp}/lease-test.XXXXXX")"
+PY=(-q -p no:cacheprovider)
 
-phase() {  # name, command...
-  local name="$1"; shift
-  echo
-  echo "==================== $name ===================="
-  local t0=$SECONDS
-  "$@"
-  local rc=$?
-  # pytest exit 5 = "no tests collected": an empty phase is a broken phase.
-  if [ $rc -ne 0 ]; then failed+=("$name (exit $rc)"); fi
-  echo "---- $name: exit $rc in $((SECONDS - t0)) s"
+names=()
+cmds=()
+phase() {  # name, command...  (queued; run below)
+  names+=("$1"); shift
+  cmds+=("$(printf '%q ' "$@")")
 }
 
-phase "ruff" .venv/bin/ruff check lease_integrations tests example_dags example_flows benchmarks
-phase "mypy" .venv/bin/mypy
-phase "core and stores" .venv/bin/pytest -q -p no:cacheprovider --durations=10 tests \
-  --ignore=tests/airflow --ignore=tests/airflow_ui --ignore=tests/prefect "$@"
+# Longest first, so the two slots stay busy to the end.
+phase "core and stores" .venv/bin/pytest "${PY[@]}" --durations=10 tests \
+  --ignore=tests/airflow --ignore=tests/airflow_ui --ignore=tests/prefect --ignore=tests/smoke --ignore=tests/packaging "$@"
+phase "airflow" .venv-airflow/bin/pytest "${PY[@]}" --durations=10 tests/airflow "$@"
+phase "prefect" .venv-prefect/bin/pytest "${PY[@]}" --durations=10 tests/prefect "$@"
+phase "airflow ui" .venv-airflow/bin/pytest "${PY[@]}" --durations=5 tests/airflow_ui "$@"
+phase "smoke: oldest airflow ($AIRFLOW_OLDEST)" .venv-airflow-min/bin/pytest "${PY[@]}" tests/smoke/test_airflow_smoke.py "$@"
+phase "smoke: oldest prefect ($PREFECT_OLDEST)" .venv-prefect-min/bin/pytest "${PY[@]}" tests/smoke/test_prefect_smoke.py "$@"
+phase "wheel and sdist" .venv/bin/pytest "${PY[@]}" tests/packaging "$@"
 for v in 3.10 3.12 3.13; do
-  phase "core on Python $v" ".venv-py$v/bin/pytest" -q -p no:cacheprovider tests/core tests/conformance \
+  phase "core on Python $v" ".venv-py$v/bin/pytest" "${PY[@]}" tests/core tests/conformance \
     -k "memory or sqlite or not store" "$@"
 done
-phase "airflow" .venv-airflow/bin/pytest -q -p no:cacheprovider --durations=10 tests/airflow "$@"
-phase "airflow ui" .venv-airflow/bin/pytest -q -p no:cacheprovider --durations=5 tests/airflow_ui "$@"
-phase "prefect" .venv-prefect/bin/pytest -q -p no:cacheprovider --durations=10 tests/prefect "$@"
+phase "docs (mkdocs --strict)" env NO_MKDOCS_2_WARNING=1 .venv-docs/bin/mkdocs build --strict --quiet --site-dir "$LOGS/site"
+phase "ruff" .venv/bin/ruff check lease_integrations tests example_dags example_flows benchmarks
+phase "mypy" .venv/bin/mypy
+
+run_phase() {  # index: output to its own log, exit code and seconds beside it
+  local i="$1" t0=$SECONDS rc
+  # Each phase its own pytest temp root: concurrent sessions never clean up each other's.
+  ( export PYTEST_ADDOPTS="--basetemp=$LOGS/tmp-$i"; eval "${cmds[$i]}" ) >"$LOGS/$i.log" 2>&1
+  rc=$?
+  echo "$rc $((SECONDS - t0))" >"$LOGS/$i.rc"
+  echo "     done: ${names[$i]} (exit $rc, $((SECONDS - t0)) s)" >&2
+}
+
+start=$SECONDS
+echo "running ${#names[@]} phases, $JOBS at a time; logs in $LOGS" >&2
+for i in "${!names[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+  echo "  started: ${names[$i]}" >&2
+  run_phase "$i" &
+done
+wait
+
+# Every phase's output, in order, whole.
+failed=()
+for i in "${!names[@]}"; do
+  read -r rc secs <"$LOGS/$i.rc" 2>/dev/null || { rc=99; secs=0; }
+  echo
+  echo "==================== ${names[$i]} ===================="
+  cat "$LOGS/$i.log"
+  # pytest exit 5 = "no tests collected": an empty phase is a broken phase.
+  if [ "$rc" -ne 0 ]; then failed+=("${names[$i]} (exit $rc)"); fi
+  echo "---- ${names[$i]}: exit $rc in $secs s"
+done
 
 echo
-echo "total: $((SECONDS - start)) s"
+echo "total: $((SECONDS - start)) s wall, $JOBS phases at a time"
 if [ ${#failed[@]} -ne 0 ]; then
   printf 'FAILED phase: %s\n' "${failed[@]}"
   exit 1
 fi
+rm -rf "$LOGS"
 echo "all phases passed"

@@ -14,10 +14,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowSkipException
-
 from lease_integrations import LeaseBusy
 
+from ._compat import AirflowSkipException
 from .options import LeaseOptions
 from .trigger import LeaseReleasedTrigger
 

@@ -141,7 +141,8 @@ def resolve_store_url(conn_id: str) -> str | None:
     for the default id, because a typo in an explicit id must not silently
     split the leases across two stores."""
     from airflow.sdk import Connection
-    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from ._compat import AirflowNotFoundException
 
     try:
         conn = Connection.get(conn_id)
@@ -154,7 +155,8 @@ def resolve_store_url(conn_id: str) -> str | None:
 async def resolve_store_url_async(conn_id: str) -> str | None:
     """``resolve_store_url`` for the triggerer's event loop."""
     from airflow.sdk import Connection
-    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from ._compat import AirflowNotFoundException
 
     try:
         conn = await Connection.async_get(conn_id)

@@ -37,7 +37,7 @@ def release_on_sigterm(release: Callable[[], object], describe: str) -> Iterator
         return
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
-        from airflow.sdk.exceptions import AirflowTaskTerminated
+        from ._compat import AirflowTaskTerminated
 
         log.warning("SIGTERM: releasing %s before the supervisor escalates", describe)
         try:

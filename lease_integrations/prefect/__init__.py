@@ -6,7 +6,7 @@
     def nightly_billing():
         token = current_lease().token   # fence your writes with it
 
-Needs ``prefect>=3.4`` (``pip install 'lease_integrations[prefect]'``).
+Needs ``prefect>=3.9`` (``pip install 'lease_integrations[prefect]'``).
 """
 
 from .block import LeaseStoreBlock

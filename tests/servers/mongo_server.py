@@ -1,5 +1,5 @@
 """Session fixture ``mongo_url``: mongoeco's MongoDB-wire server (not mongod:
-none can be installed here, see NOTES.md) on a free 127.0.0.1 port, run by
+none can be installed here, see docs/development.md) on a free 127.0.0.1 port, run by
 ``tests/servers/mongo_wire_server.py`` under the Python 3.13 of .venv-mongo
 (or ``$LEASE_TEST_MONGO_PYTHON``), stopped by PID at the end of the session.
 

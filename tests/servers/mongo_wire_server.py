@@ -3,7 +3,7 @@ the test session: ``python mongo_wire_server.py PORT [SQLITE_PATH]``; with
 ``$LEASE_TEST_MONGO_AUTH=user:password`` clients must authenticate (SCRAM).
 
 Prints ``ready`` once it listens, and serves until SIGTERM/SIGINT. It is not
-mongod: see NOTES.md for the differences that matter to leases.
+mongod: see docs/development.md for the differences that matter to leases.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """MongoDB store specifics, against mongoeco's MongoDB-wire server (not
-mongod: see NOTES.md): URL checks, clear errors, bounded calls, the sends per
+mongod: see docs/development.md): URL checks, clear errors, bounded calls, the sends per
 operation (counted by pymongo's own command monitoring), write concern, and a
 token counter that survives a server restart."""
 
