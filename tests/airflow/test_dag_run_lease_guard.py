@@ -76,4 +76,5 @@ def test_task_is_interrupted_before_another_run_gets_the_key(airflow_home: Path,
             if run.poll() is None:
                 run.kill()
     log = (tmp_path / "run.log").read_text(errors="replace")
-    assert "LeaseLost" in log, log[-3000:]
+    # What lands inside the task is the core's interrupt (a BaseException).
+    assert "LeaseInterrupted" in log or "LeaseLost" in log, log[-3000:]
