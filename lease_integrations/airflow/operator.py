@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk.exceptions import AirflowSkipException
 
 from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock, LeaseStore, connect
+from lease_integrations.core import mask_url
 
-from .busy_policy import DEFER, EARLIER_TRY, FAIL, SKIP, BusyAction, decide
+from .busy import earlier_try_wait, on_busy, remaining_wait, resumed_deadline
 from .connections import DEFAULT_CONN_ID, resolve_store_url
 from .meta import task_meta
 from .options import DEFAULT_DEFER_SETTLE, DEFAULT_TTL, LeaseOptions, default_key
 from .signals import release_on_sigterm
-from .trigger import LeaseReleasedTrigger
 
 XCOM_KEY = "lease_token"
 
@@ -158,7 +156,7 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
     def execute_after_wait(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         """Resumed by ``LeaseReleasedTrigger``: try again (and defer again if
         another waiter won the lease first)."""
-        self._deadline = (event or {}).get("deadline")
+        self._deadline = resumed_deadline(event)
         return self.execute(context)
 
     def on_kill(self) -> None:
@@ -172,49 +170,28 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
     # -- steps --------------------------------------------------------------------
     def _run_leased(self, lock: LeaseLock, store: LeaseStore, context: Any) -> Any:
         """One immediate attempt decides the policy, so the log says who holds
-        the lease before anything waits; ``busy_policy.decide`` chooses what a
-        busy lease means."""
+        the lease before anything waits (``busy.py`` holds the rules)."""
         options = self.lease_options
-        remaining = self._remaining_wait()
-        meta = task_meta(context)
-
-        def decide_for(busy: LeaseBusy, waited: bool) -> BusyAction:
-            return decide(busy, on_busy=options.on_busy, deferrable=options.deferrable,
-                          remaining=remaining, meta=meta, waited_for_earlier_try=waited)
-
+        remaining = remaining_wait(options, self._deadline)
         done, outcome = self._attempt(lock, store, context, wait=0)
         if done:
             return outcome
-        action = decide_for(outcome, False)
-        if action.kind == EARLIER_TRY:
+        earlier = earlier_try_wait(outcome, task_meta(context))
+        if earlier is not None:
             self.log.warning(
                 "an earlier try (%s) of this task instance still holds the lease: it ended "
                 "without releasing it (killed?), so this try waits up to %.1f s for it to "
-                "expire: %s", outcome.meta.get("try_number"), action.wait, outcome)
-            done, outcome = self._attempt(lock, store, context, wait=action.wait)
+                "expire: %s", outcome.meta.get("try_number"), earlier, outcome)
+            done, outcome = self._attempt(lock, store, context, wait=earlier)
             if done:
                 return outcome
-            action = decide_for(outcome, True)
         busy: LeaseBusy = outcome
-        if action.kind == SKIP:
-            self.log.info("skipping: %s", busy)
-            raise AirflowSkipException(f"skipped: {busy}")
-        if action.kind == FAIL:
-            self.log.error("failing: %s", busy)
-            raise busy
-        if action.kind == DEFER:
-            self.log.info("deferring until it is free: %s", busy)
-            self._defer_until_free(lock.key, remaining)
-        self.log.info("waiting %s for it: %s",
-                      "as long as it takes" if remaining is None else f"up to {remaining:.1f} s",
-                      busy)
-        if remaining != 0:
-            done, outcome = self._attempt(lock, store, context, wait=remaining)
-            if done:
-                return outcome
-            busy = outcome
-        self.log.error("gave up waiting: %s", busy)
-        raise busy from None
+        remaining = on_busy(self, options, busy, remaining, self._deadline)
+        done, outcome = self._attempt(lock, store, context, wait=remaining)
+        if done:
+            return outcome
+        self.log.error("gave up waiting: %s", outcome)
+        raise outcome from None
 
     def _attempt(self, lock: LeaseLock, store: LeaseStore, context: Any,
                  wait: float | None) -> tuple[bool, Any]:
@@ -232,7 +209,7 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
                 entered = True
                 self._held = (lock, lease)
                 self.log.info("holding lease %s with token %s as %s (store %s)",
-                              lease.key, lease.token, lease.holder, store.url)
+                              lease.key, lease.token, lease.holder, mask_url(store.url))
                 context["lease"] = lease
                 context["ti"].xcom_push(key=XCOM_KEY, value=lease.token)
                 with release_on_sigterm(lambda: lock.release(lease),
@@ -244,25 +221,3 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
             raise _NotAcquired(busy) from None
         finally:
             self._held = None
-
-    def _remaining_wait(self) -> float | None:
-        timeout = self.lease_options.wait_timeout
-        deadline = self._deadline
-        if deadline is None:
-            return timeout
-        left = (datetime.fromisoformat(deadline) - datetime.now(timezone.utc)).total_seconds()
-        return max(0.0, left)
-
-    def _defer_until_free(self, key: str, remaining: float | None) -> None:
-        deadline = self._deadline
-        if deadline is None and remaining is not None:
-            deadline = (datetime.now(timezone.utc) + timedelta(seconds=remaining)).isoformat()
-        self.defer(
-            trigger=LeaseReleasedTrigger(
-                lease_key=key, lease_conn_id=self.lease_options.lease_conn_id,
-                poll_interval=self.lease_options.poll_interval, deadline=deadline,
-                settle=self.lease_options.defer_settle,
-            ),
-            method_name="execute_after_wait",
-            timeout=None if remaining is None else timedelta(seconds=remaining),
-        )
