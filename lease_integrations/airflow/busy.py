@@ -11,6 +11,7 @@ returns the seconds it may still take.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -22,6 +23,30 @@ from .trigger import LeaseReleasedTrigger
 
 #: The method a deferred wait resumes in; both faces define it.
 RESUME_METHOD = "execute_after_wait"
+
+#: Added to an earlier try's remaining ttl: the store judged expiry on its own
+#: clock a moment ago; this covers that read and one polling step.
+EXPIRY_MARGIN = 1.0
+
+#: The meta fields that name one task instance (the try number aside).
+TASK_INSTANCE_FIELDS = ("dag_id", "task_id", "run_id", "map_index")
+
+
+def earlier_try_wait(busy: LeaseBusy, meta: Mapping[str, Any]) -> float | None:
+    """Seconds to wait if the holder is an earlier try of the task instance
+    ``meta`` describes (same dag_id, task_id, run_id, map_index; smaller
+    try_number): a try that was SIGKILLed or OOM-killed and left its lease to
+    expire. That holder is this run's own past, not another run to exclude, so
+    the retry waits out its remaining ttl instead of skipping (which would skip
+    everything downstream) or failing. None for any other holder."""
+    held = busy.meta
+    if not all(held.get(f) == meta.get(f) for f in TASK_INSTANCE_FIELDS):
+        return None
+    theirs, mine = held.get("try_number"), meta.get("try_number")
+    if not (isinstance(theirs, int) and isinstance(mine, int) and theirs < mine):
+        return None
+    left = busy.record.expires_in if busy.record is not None else None
+    return max(0.0, left or 0.0) + EXPIRY_MARGIN
 
 
 def remaining_wait(options: LeaseOptions, deadline: str | None) -> float | None:
@@ -55,7 +80,8 @@ def on_busy(task: Any, options: LeaseOptions, busy: LeaseBusy, remaining: float 
             deadline = (datetime.now(timezone.utc) + timedelta(seconds=remaining)).isoformat()
         task.defer(
             trigger=LeaseReleasedTrigger(lease_key=busy.key, lease_conn_id=options.lease_conn_id,
-                                         poll_interval=options.poll_interval, deadline=deadline),
+                                         poll_interval=options.poll_interval, deadline=deadline,
+                                         settle=options.defer_settle),
             method_name=RESUME_METHOD,
             timeout=None if remaining is None else timedelta(seconds=remaining),
         )

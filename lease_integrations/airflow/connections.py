@@ -139,7 +139,8 @@ def resolve_store_url(conn_id: str) -> str | None:
     (metadata DB, secrets backends, ``AIRFLOW_CONN_*``). None means "use the
     default" (``$LEASE_STORE_URL`` or the embedded SQLite file): allowed only
     for the default id, because a typo in an explicit id must not silently
-    split the leases across two stores."""
+    split the leases across two stores, and the embedded file only under a
+    local executor (see ``default_store``)."""
     from airflow.sdk import Connection
 
     from ._compat import AirflowNotFoundException
@@ -168,6 +169,9 @@ async def resolve_store_url_async(conn_id: str) -> str | None:
 
 def _check_default(conn_id: str) -> None:
     if conn_id == DEFAULT_CONN_ID:
+        from .default_store import refuse_per_host_default
+
+        refuse_per_host_default(conn_id)
         return
     raise ConfigurationError(
         f"lease_conn_id={conn_id!r}: no such Airflow connection (define it, or leave "

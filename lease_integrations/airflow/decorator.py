@@ -8,6 +8,11 @@ Airflow's own ``task`` object once the package is installed::
     @task.leased(lease_key="billing", lease_ttl=60, on_busy="skip")
     def charge(**context):
         token = context["lease"].token
+
+    @task.leased(lease_key="billing-{{ tenant }}")   # one lease per tenant
+    def bill(tenant: str) -> None: ...
+
+    bill.expand(tenant=["acme", "globex"])
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from .operator import LeasedPythonOperator
 
 
 class _LeasedDecoratedOperator(DecoratedOperator, LeasedPythonOperator):  # type: ignore[misc]
-    template_fields: Sequence[str] = ("templates_dict", "op_args", "op_kwargs", "lease_key")
+    template_fields: Sequence[str] = ("templates_dict", "op_args", "op_kwargs")
     template_fields_renderers = {"templates_dict": "json", "op_args": "py", "op_kwargs": "py"}
     custom_operator_name: str = "@task.leased"
 

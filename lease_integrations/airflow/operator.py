@@ -9,17 +9,19 @@ key and the store.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.providers.standard.operators.python import PythonOperator
 
 from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock, LeaseStore, connect
+from lease_integrations.core import mask_url
 
-from .busy import on_busy, remaining_wait, resumed_deadline
+from .busy import earlier_try_wait, on_busy, remaining_wait, resumed_deadline
 from .connections import DEFAULT_CONN_ID, resolve_store_url
 from .meta import task_meta
-from .options import DEFAULT_TTL, LeaseOptions, default_key
+from .options import DEFAULT_DEFER_SETTLE, DEFAULT_TTL, LeaseOptions, default_key
 from .signals import release_on_sigterm
 
 XCOM_KEY = "lease_token"
@@ -48,9 +50,12 @@ def _one_ttl(lease_ttl: float | None, ttl: float | None) -> float:
 class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
     """Run ``python_callable`` only while holding the lease ``lease_key``.
 
-    :param lease_key: the lease's name (templated). Default
-        ``airflow/<dag_id>/<task_id>``: shared by every run of the task, whatever
-        its run type, so a backfill and a manual run contend. Share one key
+    :param lease_key: the lease's name, a Jinja template over the task context
+        and the callable's arguments (``"billing-{{ params.tenant }}"``, or for a
+        mapped task ``"billing-{{ tenant }}"``), rendered per task instance.
+        Default ``airflow/<dag_id>/<task_id>``: shared by every run of the task,
+        whatever its run type, so a backfill and a manual run contend (mapped
+        instances: ``.../<map_index>``, one lease per position). Share one key
         across DAGs to make them exclude each other.
     :param lease_ttl: (or ``ttl``) seconds the store keeps the lease without a renewal; it
         is renewed every ``lease_heartbeat`` (ttl/3) while the callable runs.
@@ -64,6 +69,13 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
         None waits as long as it takes.
     :param deferrable: with ``wait``: free the worker slot while waiting (the
         triggerer polls the store every ``poll_interval`` seconds).
+    :param defer_settle: with ``deferrable``: the trigger fires no sooner than
+        this many seconds after it starts, so Airflow's scheduler has recorded
+        the deferring exit before the resumed try runs (see the trigger).
+
+    A retry whose lease is still held by an earlier, dead try of the same task
+    instance waits for that lease to expire (at most its remaining ttl) instead
+    of skipping or failing.
     :param on_lost: ``interrupt`` (``LeaseInterrupted`` lands inside the callable)
         or ``check`` (raised at the callable's next ``lease.check()``); either
         way a try that lost its lease fails.
@@ -72,7 +84,9 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
     token is also pushed to XCom as ``lease_token`` for downstream fencing.
     """
 
-    template_fields: Sequence[str] = (*PythonOperator.template_fields, "lease_key")
+    # ``lease_key`` is rendered by ``render_lease_key``, not with the template
+    # fields: its template may name the callable's arguments too.
+    template_fields: Sequence[str] = PythonOperator.template_fields
 
     def __init__(
         self,
@@ -87,6 +101,7 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
         on_lost: str = "interrupt",
         deferrable: bool = False,
         poll_interval: float = 5.0,
+        defer_settle: float = DEFAULT_DEFER_SETTLE,
         **kwargs: Any,
     ) -> None:
         # Checked before the operator exists, so a bad DAG fails to import.
@@ -95,6 +110,7 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
             lease_key=lease_key, lease_ttl=lease_ttl, lease_heartbeat=lease_heartbeat,
             lease_conn_id=lease_conn_id, on_busy=on_busy, wait_timeout=wait_timeout,
             on_lost=on_lost, deferrable=deferrable, poll_interval=poll_interval,
+            defer_settle=defer_settle,
         )
         super().__init__(**kwargs)
         self.lease_key = lease_key
@@ -104,15 +120,38 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
     # -- Airflow entry points ---------------------------------------------------
     def execute(self, context: Any) -> Any:
         options = self.lease_options
-        key = self.lease_key
-        if key is None:
-            key = default_key(self.dag_id, self.task_id, getattr(context["ti"], "map_index", -1))
+        key = self.render_lease_key(context)
         store = connect(resolve_store_url(options.lease_conn_id))
         try:
             lock = options.lock_for(key, store, task_meta(context))
             return self._run_leased(lock, store, context)
         finally:
             store.close()
+
+    def render_lease_key(self, context: Any) -> str:
+        """The key for this task instance. ``lease_key`` is a Jinja template over
+        the task context *and* the callable's arguments (``op_kwargs``, and
+        ``op_args`` bound to the callable's parameters): a mapped task keyed
+        ``"billing-{{ tenant }}"`` gets one lease per tenant, whatever its map
+        index. An argument shadows a context variable of the same name."""
+        template = self.lease_key
+        if template is None:
+            return default_key(self.dag_id, self.task_id, getattr(context["ti"], "map_index", -1))
+        if "{{" not in template and "{%" not in template:
+            return str(template)
+        rendered = self.render_template(template, {**context, **self._call_arguments()})
+        return str(rendered).strip()
+
+    def _call_arguments(self) -> dict[str, Any]:
+        kwargs = dict(self.op_kwargs or {})
+        args = tuple(self.op_args or ())
+        if not args:
+            return kwargs
+        try:
+            bound = inspect.signature(self.python_callable).bind_partial(*args)
+        except (TypeError, ValueError):
+            return kwargs
+        return {**bound.arguments, **kwargs}
 
     def execute_after_wait(self, context: Any, event: dict[str, Any] | None = None) -> Any:
         """Resumed by ``LeaseReleasedTrigger``: try again (and defer again if
@@ -131,19 +170,36 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
     # -- steps --------------------------------------------------------------------
     def _run_leased(self, lock: LeaseLock, store: LeaseStore, context: Any) -> Any:
         """One immediate attempt decides the policy, so the log says who holds
-        the lease before anything waits."""
+        the lease before anything waits (``busy.py`` holds the rules)."""
         options = self.lease_options
         remaining = remaining_wait(options, self._deadline)
-        try:
-            return self._hold_and_run(lock, store, context, wait=0)
-        except _NotAcquired as not_acquired:
-            busy = not_acquired.busy
+        done, outcome = self._attempt(lock, store, context, wait=0)
+        if done:
+            return outcome
+        earlier = earlier_try_wait(outcome, task_meta(context))
+        if earlier is not None:
+            self.log.warning(
+                "an earlier try (%s) of this task instance still holds the lease: it ended "
+                "without releasing it (killed?), so this try waits up to %.1f s for it to "
+                "expire: %s", outcome.meta.get("try_number"), earlier, outcome)
+            done, outcome = self._attempt(lock, store, context, wait=earlier)
+            if done:
+                return outcome
+        busy: LeaseBusy = outcome
         remaining = on_busy(self, options, busy, remaining, self._deadline)
+        done, outcome = self._attempt(lock, store, context, wait=remaining)
+        if done:
+            return outcome
+        self.log.error("gave up waiting: %s", outcome)
+        raise outcome from None
+
+    def _attempt(self, lock: LeaseLock, store: LeaseStore, context: Any,
+                 wait: float | None) -> tuple[bool, Any]:
+        """(True, the callable's result) or (False, the ``LeaseBusy`` of our acquire)."""
         try:
-            return self._hold_and_run(lock, store, context, wait=remaining)
+            return True, self._hold_and_run(lock, store, context, wait=wait)
         except _NotAcquired as not_acquired:
-            self.log.error("gave up waiting: %s", not_acquired.busy)
-            raise not_acquired.busy from None
+            return False, not_acquired.busy
 
     def _hold_and_run(self, lock: LeaseLock, store: LeaseStore, context: Any,
                       wait: float | None) -> Any:
@@ -153,7 +209,7 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
                 entered = True
                 self._held = (lock, lease)
                 self.log.info("holding lease %s with token %s as %s (store %s)",
-                              lease.key, lease.token, lease.holder, store.url)
+                              lease.key, lease.token, lease.holder, mask_url(store.url))
                 context["lease"] = lease
                 context["ti"].xcom_push(key=XCOM_KEY, value=lease.token)
                 with release_on_sigterm(lambda: lock.release(lease),

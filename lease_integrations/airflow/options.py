@@ -28,6 +28,11 @@ from .connections import DEFAULT_CONN_ID
 #: crashed task blocks the next run for a minute at most.
 DEFAULT_TTL = 60.0
 
+#: A deferred waiter's trigger fires no sooner than this after it starts, so the
+#: scheduler has drained the executor's "success" of the deferring exit before
+#: the resumed try runs (apache/airflow#72716; see docs/airflow/operations.md).
+DEFAULT_DEFER_SETTLE = 10.0
+
 
 @dataclass(frozen=True)
 class LeaseOptions:
@@ -40,6 +45,7 @@ class LeaseOptions:
     on_lost: str = "interrupt"
     deferrable: bool = False
     poll_interval: float = 5.0
+    defer_settle: float = DEFAULT_DEFER_SETTLE
 
     def __post_init__(self) -> None:
         validate_policy(self.on_busy, ON_BUSY_POLICIES, "on_busy")
@@ -63,6 +69,10 @@ class LeaseOptions:
                 f"deferrable=True only applies with on_busy='wait' (on_busy is {self.on_busy!r})"
             )
         _positive("poll_interval", self.poll_interval)
+        settle = self.defer_settle
+        if isinstance(settle, bool) or not isinstance(settle, (int, float)) or not (
+                0 <= settle < math.inf):
+            raise ConfigurationError(f"defer_settle must be a number of seconds >= 0, got {settle!r}")
         # A templated key is checked once rendered (LeaseLock validates it at run time).
         key = self.lease_key
         if key is not None and not (isinstance(key, str) and ("{{" in key or "{%" in key)):
@@ -78,7 +88,10 @@ class LeaseOptions:
 def default_key(dag_id: str, task_id: str, map_index: int = -1) -> str:
     """One key per task, shared by every run of it (scheduled, manual, backfill:
     that is the overlap to prevent), never per run. Mapped instances each get
-    their own, since they are different work that runs side by side by design."""
+    their own *per map index*, since they run side by side by design: index 3 of
+    one run excludes index 3 of another whatever their inputs, which is right
+    only when the mapped list is stable. Key on the mapped argument
+    (``lease_key="billing-{{ tenant }}"``) when it is the input that matters."""
     key = f"airflow/{dag_id}/{task_id}"
     return key if map_index is None or map_index < 0 else f"{key}/{map_index}"
 

@@ -34,10 +34,9 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack, ExitStack
 from typing import Any, TypeVar, overload
 
-from prefect import flow as prefect_flow
 from prefect.flows import Flow
 
-from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock
+from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock, LeaseStore
 from lease_integrations.core import (
     ON_BUSY_POLICIES,
     ON_LOST_POLICIES,
@@ -50,6 +49,7 @@ from lease_integrations.core import (
 from .annotate import annotate_async, annotate_sync
 from .context import bound, run_meta
 from .keys import KeyTemplate, default_key
+from .quiet import SKIP_PREFIX, quiet_skips
 from .store import StoreSource
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -100,8 +100,9 @@ class LeasePlan:
         from prefect.states import Cancelled
 
         if self.on_busy == "skip":
+            quiet_skips()
             _logger().info("Skipping this run: %s", busy)
-            return Cancelled(message=f"Skipped: {busy}")
+            return Cancelled(message=f"{SKIP_PREFIX}{busy}")
         if self.on_busy == "wait":
             _logger().error("Gave up waiting after %s s: %s", self.wait, busy)
         raise busy
@@ -110,10 +111,10 @@ class LeasePlan:
         limit = "as long as it takes" if self.wait is None else f"up to {self.wait:g} s"
         _logger().info("Waiting for lease %r (%s): %s", busy.key, limit, busy)
 
-    def acquired(self, lease: Lease) -> None:
+    def acquired(self, lease: Lease, store: LeaseStore) -> None:
         _logger().info(
             "Holding lease %r with fencing token %s as %s (store: %s)",
-            lease.key, lease.token, lease.holder, self.source.describe(),
+            lease.key, lease.token, lease.holder, self.source.describe(store),
         )
 
 
@@ -156,7 +157,7 @@ def _sync_wrapper(fn: Callable[..., Any], plan: LeasePlan) -> Callable[..., Any]
             except LeaseBusy as busy:
                 return plan.busy_outcome(busy)
             stack.enter_context(bound(lease, _run_id(ctx)))
-            plan.acquired(lease)
+            plan.acquired(lease, lock.store)
             if plan.annotate and ctx is not None:
                 annotate_sync(ctx, lease)
             return fn(*args, **kwargs)
@@ -182,7 +183,7 @@ def _async_wrapper(fn: Callable[..., Any], plan: LeasePlan) -> Callable[..., Any
             except LeaseBusy as busy:
                 return plan.busy_outcome(busy)
             stack.enter_context(bound(lease, _run_id(ctx)))
-            plan.acquired(lease)
+            plan.acquired(lease, lock.store)
             if plan.annotate and ctx is not None:
                 await annotate_async(ctx, lease)
             return await fn(*args, **kwargs)
@@ -217,9 +218,53 @@ def _default_version(fn: Callable[..., Any]) -> str | None:
         return None
 
 
+class LeasedFlow(Flow[Any, Any]):  # type: ignore[misc]
+    """A Prefect ``Flow`` whose function runs under a lease. Only
+    ``with_options`` differs: it re-derives the lease plan (a default key
+    follows the new name) and accepts the lease options too."""
+
+    lease_plan: LeasePlan
+    _lease_fn: Callable[..., Any]
+    _lease_options: dict[str, Any]
+
+    def with_options(self, **options: Any) -> LeasedFlow:  # type: ignore[override]
+        """``Flow.with_options`` plus ``key``, ``ttl``, ``store``, ``on_busy``,
+        ``on_lost``, ``wait_timeout``, ``heartbeat`` and ``annotate``."""
+        lease_overrides = {k: options.pop(k) for k in LEASE_OPTIONS if k in options}
+        unknown = sorted(set(options) - set(inspect.signature(Flow.with_options).parameters))
+        if unknown:
+            raise ConfigurationError(
+                f"with_options got unknown argument(s) {', '.join(unknown)}; it takes "
+                f"{', '.join(LEASE_OPTIONS)} and every Flow.with_options argument"
+            )
+        plain = Flow.with_options(self, **options)
+        lease_options = {**self._lease_options, **lease_overrides}
+        plan = LeasePlan(self._lease_fn, plain.name, **lease_options)
+        # Flow.with_options copies every @flow setting onto a plain Flow around
+        # the old wrapper (and the old plan); swap in a wrapper of the new plan.
+        # It has the user function's signature (functools.wraps), so the
+        # parameter schema Prefect computed from the old one stays right.
+        plain.fn = _wrapper(self._lease_fn, plan)
+        plain.__class__ = LeasedFlow
+        leased: LeasedFlow = plain  # type: ignore[assignment]
+        leased.lease_plan = plan
+        leased._lease_fn = self._lease_fn
+        leased._lease_options = lease_options
+        return leased
+
+
+#: The lease arguments of @leased_flow and LeasedFlow.with_options.
+LEASE_OPTIONS = ("key", "ttl", "store", "on_busy", "on_lost", "wait_timeout", "heartbeat",
+                 "annotate")
+
+
+def _wrapper(fn: Callable[..., Any], plan: LeasePlan) -> Callable[..., Any]:
+    return _async_wrapper(fn, plan) if inspect.iscoroutinefunction(fn) else _sync_wrapper(fn, plan)
+
+
 def _build(
     fn: Callable[..., Any], lease_options: dict[str, Any], flow_kwargs: dict[str, Any]
-) -> Flow[Any, Any]:
+) -> LeasedFlow:
     _check_function(fn)
     unknown = sorted(set(flow_kwargs) - FLOW_ARGUMENTS)
     if unknown:
@@ -230,11 +275,12 @@ def _build(
         )
     name = flow_kwargs.get("name") or fn.__name__.replace("_", "-")
     plan = LeasePlan(fn, name, **lease_options)
-    wrapper = _async_wrapper(fn, plan) if inspect.iscoroutinefunction(fn) else _sync_wrapper(fn, plan)
     if flow_kwargs.get("version") is None:
         flow_kwargs = {**flow_kwargs, "version": _default_version(fn)}
-    leased: Flow[Any, Any] = prefect_flow(wrapper, **flow_kwargs)
-    leased.lease_plan = plan  # type: ignore[attr-defined]  # for introspection and tests
+    leased = LeasedFlow(fn=_wrapper(fn, plan), **flow_kwargs)
+    leased.lease_plan = plan  # for introspection and tests
+    leased._lease_fn = fn
+    leased._lease_options = dict(lease_options)
     return leased
 
 

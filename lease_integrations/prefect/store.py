@@ -18,6 +18,7 @@ from lease_integrations import ConfigurationError, LeaseStore, check_url, connec
 from lease_integrations.core import mask_url
 
 from .block import LeaseStoreBlock
+from .default_store import refuse_per_host_default
 
 BLOCK_PREFIX = "block:"
 
@@ -54,16 +55,21 @@ class StoreSource:
                 f"got {type(spec).__name__}: {spec!r}"
             )
 
-    def describe(self) -> str:
+    def describe(self, store: LeaseStore) -> str:
+        """The store a run actually uses (``store`` is what ``open()`` gave),
+        password masked, and where it came from."""
+        url = mask_url(store.url)
         if self.instance is not None:
-            return self.instance.url
+            return url
         if self.block is not None:
-            return f"block {getattr(self.block, '_block_document_name', None) or '(unsaved)'}"
+            return f"{url} from block {getattr(self.block, '_block_document_name', None) or '(unsaved)'}"
         if self.block_name is not None:
-            return f"block {self.block_name}"
+            return f"{url} from block {self.block_name}"
         if self.url is not None:
-            return mask_url(self.url)
-        return "$LEASE_STORE_URL or the embedded SQLite default"
+            return url
+        if os.environ.get("LEASE_STORE_URL"):
+            return f"{url} from $LEASE_STORE_URL"
+        return f"{url}, the embedded per-host default"
 
     def open(self) -> LeaseStore:
         """The live store for this run. Blocks are loaded afresh each run, so
@@ -76,6 +82,8 @@ class StoreSource:
             url = LeaseStoreBlock.load(self.block_name, _sync=True).get_url()
         else:
             url = self.url or os.environ.get("LEASE_STORE_URL") or ""
+            if not url:
+                refuse_per_host_default()
         return _open_cached(url)
 
     def __getstate__(self) -> dict[str, Any]:

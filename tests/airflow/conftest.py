@@ -42,6 +42,11 @@ def airflow_home() -> Iterator[Path]:
     """One migrated metadata DB for the session (migrating takes seconds)."""
     subprocess.run([str(BIN / "airflow"), "db", "migrate"], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=WAIT)
+    # Every dag.test() syncs the whole DAG folder into the metadata DB first;
+    # processes started together would race to INSERT the same new DAG rows
+    # (UNIQUE constraint failed: dag.dag_id). Sync once here, serially.
+    subprocess.run([str(BIN / "airflow"), "dags", "reserialize"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=WAIT)
     yield HOME
     shutil.rmtree(HOME, ignore_errors=True)
 

@@ -2,7 +2,9 @@
 after another, and print one ``RESULT {json}`` line per run.
 
 Usage: run_dags.py SPEC ...  where SPEC is DAG_ID[@LOGICAL_DATE], or
-``gate:NAME`` to wait until the test creates $LEASE_TEST_RECORD_DIR/NAME.
+``gate:NAME`` to wait until the test creates $LEASE_TEST_RECORD_DIR/NAME, or
+``env:NAME=VALUE`` to set an environment variable for the runs after it
+(Airflow reads ``AIRFLOW__*`` settings at each lookup; an empty VALUE unsets).
 A process can thus pay Airflow's start-up (a first run of ``lt_warm``) while
 another process is still starting, and run its leased DAGs on the test's cue.
 """
@@ -26,6 +28,13 @@ def main(specs: list[str]) -> None:
     for spec in specs:
         if spec.startswith("gate:"):
             wait_for_gate(spec[len("gate:"):])
+            continue
+        if spec.startswith("env:"):
+            name, _, value = spec[len("env:"):].partition("=")
+            if value:
+                os.environ[name] = value
+            else:
+                os.environ.pop(name, None)
             continue
         dag_id, _, date = spec.partition("@")
         dag = next(d for d in dags.values() if getattr(d, "dag_id", None) == dag_id

@@ -39,7 +39,7 @@ def prefect_api() -> Iterator[str]:
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with prefect_test_harness(server_startup_timeout=300):
         url = PREFECT_API_URL.value()
         assert url, "the Prefect test harness did not set an API URL"
         yield url

@@ -178,3 +178,17 @@ async def deployed_async(label: str = "") -> dict[str, Any]:
         json.dumps({"token": lease.token, "meta": lease.meta, "label": label})
     )
     return {"token": lease.token}
+
+
+@leased_flow(ttl=60.0, on_busy="skip")
+def cancellable(label: str = "") -> None:
+    """Holds its 60 s lease until cancelled (the release file never comes)."""
+    run = enter(label)
+    wait_for_release()
+    leave(run)
+
+
+@leased_flow(ttl=TTL)
+def named_by_flow() -> str:
+    """Default key: the flow's name (so with_options(name=...) must re-derive it)."""
+    return current_lease().key

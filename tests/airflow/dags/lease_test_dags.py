@@ -184,3 +184,27 @@ leased(lt_e2e_kill, op_kwargs={"gate": "never"}, lease_ttl=60)
 lt_e2e_defer = make_dag("lt_e2e_defer")
 leased(lt_e2e_defer, lease_key="airflow/lt_e2e_kill/job", on_busy="wait", deferrable=True,
        poll_interval=0.5, wait_timeout=240, lease_ttl=10)
+
+# -- operations: the per-host default refused, mapped tasks keyed on their argument --
+lt_refuse = make_dag("lt_refuse")
+leased(lt_refuse, lease_ttl=5)
+
+TENANTS = ["t1", "t2", "t3"]
+
+
+def _mapped_dag(dag_id: str, tenants: list[str]) -> DAG:
+    with make_dag(dag_id) as dag:
+        @task.leased(lease_key="tenant-{{ tenant }}", on_busy="wait", wait_timeout=120,
+                     lease_ttl=5)
+        def bill(tenant: str, lease: Any = None, ti: Any = None, **context: Any) -> int:
+            record("start", {"ti": ti, "lease": lease}, tenant=tenant)
+            time.sleep(0.5)  # the work itself: long enough for the two runs to meet
+            record("end", {"ti": ti, "lease": lease}, tenant=tenant)
+            return int(lease.token)
+
+        bill.expand(tenant=tenants)
+    return dag
+
+
+lt_mapped_fwd = _mapped_dag("lt_mapped_fwd", TENANTS)
+lt_mapped_rev = _mapped_dag("lt_mapped_rev", TENANTS[::-1])

@@ -1,0 +1,123 @@
+"""Every on_busy policy through Airflow's real scheduler, LocalExecutor,
+triggerer and api-server on a PostgreSQL metadata DB: per policy a backfill of
+3 dates and 2 manual triggers issued together, all on one task's key; and a
+try SIGKILLed mid-run whose retry starts within the ttl.
+
+One cluster start serves every variant (their keys differ, so they run side
+by side without affecting each other's outcome)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import HERE, events
+from scheduler_harness import AirflowCluster, poll
+from test_airflow_scheduler import create_backfill, metadata_db
+
+RUN_WAIT = 600.0
+POLICIES = ("lt_pol_skip", "lt_pol_wait", "lt_pol_defer")
+#: What the scheduler logs when it takes a deferring exit's "success" for the
+#: resumed try's (apache/airflow#72716). A "failed ... but queued" line is a
+#: try that could not start (an api-server timeout on a loaded machine), which
+#: the one retry covers and the start events below would still reveal.
+RACE = "finished with state success, but the task instance's state attribute is running"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)  # two cores shared with other suites; alone it takes ~3 min
+def test_skip_wait_and_deferrable_wait_on_the_real_scheduler(
+        record_dir: Path, tmp_path: Path, postgres_server: Any) -> None:
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    shutil.copy(HERE / "policy_dags" / "policy_dags.py", dags)
+    db_url = metadata_db(postgres_server)
+    cluster = AirflowCluster(tmp_path / "home", dags, extra_env={
+        "LEASE_TEST_RECORD_DIR": str(record_dir),
+        "LEASE_STORE_URL": f"sqlite://{tmp_path}/leases.db",
+        # Unpaused by wait_dag once every component is healthy, so the scheduled
+        # run Airflow makes for the latest interval (catchup=False) does not
+        # start before the api-server listens; it is one more contender.
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": db_url})
+    try:
+        cluster.start()
+        for dag_id in (*POLICIES, "lt_pol_retry"):
+            cluster.wait_dag(dag_id)
+        retry_run = cluster.trigger("lt_pol_retry")
+        for dag_id in POLICIES:
+            create_backfill(cluster, dag_id, "2026-01-01T00:00:00Z", "2026-01-03T00:00:00Z")
+            cluster.trigger(dag_id)
+            cluster.trigger(dag_id)
+
+        def finished(dag_id: str) -> list[dict[str, Any]] | None:
+            # 3 backfill + 2 manual runs, and the scheduled run Airflow makes
+            # for the latest interval when the DAG appears (catchup=False).
+            try:
+                runs = cluster.runs(dag_id)
+            except OSError:  # the api-server timed out a read on a loaded machine: ask again
+                return None
+            ours = [r for r in runs if r["run_type"] in ("backfill", "manual")]
+            done = len(ours) == 5 and all(r["state"] in ("success", "failed") for r in runs)
+            return runs if done else None
+
+        runs = {dag_id: poll(lambda d=dag_id: finished(d), f"the runs of {dag_id}",
+                             RUN_WAIT, 1.0) for dag_id in POLICIES}
+        assert cluster.wait_run("lt_pol_retry", retry_run, RUN_WAIT) == "success"
+        states = {dag_id: {r["dag_run_id"]: (r["state"], r["run_type"],
+                                             cluster.task_states(dag_id, r["dag_run_id"])["job"])
+                           for r in dag_runs} for dag_id, dag_runs in runs.items()}
+        scheduler_log = cluster.tail("scheduler", 100000)
+    finally:
+        cluster.stop()
+    logs = {dag_id: "\n".join(p.read_text(errors="replace") for p in
+                              (tmp_path / "home" / "logs" / f"dag_id={dag_id}").rglob("*.log"))
+            for dag_id in (*POLICIES, "lt_pol_retry")}
+    log = events(record_dir)
+    for dag_id in POLICIES:
+        print(dag_id, sorted(states[dag_id].values()))
+
+    for dag_id in POLICIES:
+        mine = [e for e in log if e["dag_id"] == dag_id]
+        assert {t for _, t, _ in states[dag_id].values()} >= {"backfill", "manual"}
+        assert all(s == "success" for s, _, _ in states[dag_id].values()), states[dag_id]
+        assert_one_at_a_time(mine)
+        starts = sorted((e for e in mine if e["event"] == "start"), key=lambda e: e["t"])
+        tokens = [e["token"] for e in starts]
+        assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
+        assert not [line for line in scheduler_log.splitlines()
+                    if RACE in line and f"{dag_id}." in line]
+        run_ids = [e["run_id"] for e in starts]
+        if dag_id == "lt_pol_skip":
+            skipped = [r for r, (_, _, task) in states[dag_id].items() if task == "skipped"]
+            assert skipped and len(set(run_ids)) == len(run_ids) == len(states[dag_id]) - len(skipped)
+            holders = {e["holder"] for e in starts}
+            named = [line for line in logs[dag_id].splitlines() if "skipping: lease" in line]
+            assert named and all(any(h in line for h in holders) for line in named)
+        else:
+            # Every run ran its callable exactly once, and each task succeeded.
+            assert sorted(run_ids) == sorted(states[dag_id])
+            assert {task for _, _, task in states[dag_id].values()} == {"success"}
+    assert "waiting up to" in logs["lt_pol_wait"]
+    assert "deferring until it is free" in logs["lt_pol_defer"]
+
+    # The SIGKILLed first try left its lease; the retry waited for it, then ran.
+    tries = [e for e in log if e["dag_id"] == "lt_pol_retry" and e["event"] == "start"]
+    assert len(tries) == 2 and tries[0]["try_number"] < tries[1]["try_number"], tries
+    assert tries[1]["token"] > tries[0]["token"]
+    assert (f"an earlier try ({tries[0]['try_number']}) of this task instance still holds "
+            "the lease") in logs["lt_pol_retry"]
+
+
+def assert_one_at_a_time(log: list[dict[str, Any]]) -> None:
+    holder = None
+    for event in sorted(log, key=lambda e: e["t"]):
+        if event["event"] == "start":
+            assert holder is None, f"{event['run_id']} started while {holder} held the lease"
+            holder = event["run_id"]
+        else:
+            assert event["run_id"] == holder
+            holder = None
