@@ -23,10 +23,10 @@ DEFAULT_CONN_ID = "lease_default"
 #: extras belong to Airflow's own hooks (the same Connection may serve both) and
 #: are ignored; ``lease_options`` (a JSON object) passes anything else verbatim.
 PASSTHROUGH: dict[str, tuple[str, ...]] = {
-    "redis": ("prefix", "timeout"),
-    "postgres": ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "table",
-                 "prefix", "timeout"),
-    "mongo": ("authSource", "replicaSet", "tls", "tlsCAFile", "collection", "prefix", "timeout"),
+    "redis": ("prefix", "socket_timeout", "connect_timeout", "max_connections"),
+    "postgres": ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout",
+                 "statement_timeout", "table"),
+    "mongo": ("authSource", "replicaSet", "tls", "tlsCAFile", "collection"),
     "sqlite": ("timeout",),
 }
 ALIASES = {"postgresql": "postgres", "mongodb": "mongo", "rediss": "redis"}

@@ -113,3 +113,22 @@ def test_connections_resolve_inside_task_runs(run_dags: Any, record_dir: Path, t
     # Passwords never reach the task log.
     pg_password = urlsplit(postgres_url).password
     assert not pg_password or pg_password not in proc.output()
+
+
+def test_every_passed_through_extra_is_an_option_its_store_accepts() -> None:
+    """An extra copied into the URL that the store does not know would make
+    every task fail with "unknown option": each must be one the store takes."""
+    from pymongo import common
+
+    from lease_integrations.airflow.connections import PASSTHROUGH
+    from lease_integrations.stores import postgres, redis_connect
+
+    accepted = {
+        "redis": {"prefix", "allow_eviction", *redis_connect._CONNECTION_OPTIONS},
+        "postgres": set(postgres.OPTIONS),
+        "mongo": {"collection", *(name for name in common.VALIDATORS)},
+        "sqlite": {"timeout"},  # sqlite.py: query_options(..., {"timeout": float})
+    }
+    for kind, names in PASSTHROUGH.items():
+        unknown = [n for n in names if n not in accepted[kind] and n.lower() not in accepted[kind]]
+        assert not unknown, f"{kind} extras the store would refuse: {unknown}"
