@@ -101,6 +101,7 @@ def test_outage_longer_than_the_trust_window_is_noticed_first(server: Server, sc
 def test_restart_of_a_durable_server_keeps_the_counter(server: Server, scenario: Scenario) -> None:
     scenario.spawn("first", ttl=TTL, hold=0.2, writes=1)
     scenario.join()
+    first = scenario.wait_for(scenario.first("first", "write"), 30, "the first holder to write")
     scenario.spawn("holder", ttl=5 * TTL, hold=60, writes=1, policy="check")
     held = scenario.wait_for(scenario.first("holder", "write"), 30, "the holder to write")
     server.restart()
@@ -110,5 +111,7 @@ def test_restart_of_a_durable_server_keeps_the_counter(server: Server, scenario:
     scenario.stop_all()
     verdict = scenario.verdict()
     assert not verdict.violations, verdict.violations
-    assert max(scenario.counter_samples) == held["token"] == 2
+    # Tokens rise (by one on SQLite, floored by the server clock on networked
+    # stores): the restart kept the counter, no grant went back or repeated.
+    assert max(scenario.counter_samples) == held["token"] > first["token"]
     record(server.url, "server restart while held", verdict)
