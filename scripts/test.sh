@@ -45,6 +45,8 @@ phase "prefect" .venv-prefect/bin/pytest "${PY[@]}" --durations=10 tests/prefect
 phase "airflow ui" .venv-airflow/bin/pytest "${PY[@]}" --durations=5 tests/airflow_ui "$@"
 phase "smoke: oldest airflow ($AIRFLOW_OLDEST)" .venv-airflow-min/bin/pytest "${PY[@]}" tests/smoke/test_airflow_smoke.py "$@"
 phase "smoke: oldest prefect ($PREFECT_OLDEST)" .venv-prefect-min/bin/pytest "${PY[@]}" tests/smoke/test_prefect_smoke.py "$@"
+phase "smoke: newest airflow" .venv-airflow/bin/pytest "${PY[@]}" tests/smoke/test_airflow_smoke.py "$@"
+phase "smoke: newest prefect" .venv-prefect/bin/pytest "${PY[@]}" tests/smoke/test_prefect_smoke.py "$@"
 phase "wheel and sdist" .venv/bin/pytest "${PY[@]}" tests/packaging "$@"
 for v in 3.10 3.12 3.13; do
   phase "core on Python $v" ".venv-py$v/bin/pytest" "${PY[@]}" tests/core tests/conformance \

@@ -1,7 +1,7 @@
 """The store-conformance suite: the executable spec of the store protocol.
 
 Every store runs it unchanged (memory, SQLite, Redis, PostgreSQL, MongoDB-wire),
-through the `store` fixture. Each rule of DESIGN.md's "Semantics" is a test
+through the `store` fixture. Each rule of the store protocol (`lease_integrations/core/store.py`) is a test
 here; a new store is done when this file passes for it.
 """
 
