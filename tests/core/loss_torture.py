@@ -16,6 +16,7 @@ none on the heartbeat, and unrelated work on the same thread runs to its end.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import asyncio
 import collections
 import random
@@ -290,6 +291,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     args = parser.parse_args()
     print(f"seed {args.seed} store {args.url.split(':')[0]}", flush=True)
+    # A run that hangs (one did once in CI under load, not reproduced with its
+    # seed) prints every thread's stack before the parent's timeout kills it.
+    faulthandler.dump_traceback_later(args.seconds + 40, exit=True)
     t = Torture(args.url, args.seed, args.seconds)
     threads = [threading.Thread(target=sync_runner, args=(t, n, f"worker-{n}"), name=f"w{n}")
                for n in (1, 2)]
