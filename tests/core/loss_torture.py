@@ -16,9 +16,9 @@ none on the heartbeat, and unrelated work on the same thread runs to its end.
 from __future__ import annotations
 
 import argparse
-import faulthandler
 import asyncio
 import collections
+import faulthandler
 import random
 import sys
 import threading
