@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import sys
@@ -159,6 +160,26 @@ def lower() -> None:
     pending = shield_down()
     if pending is not None:
         deliver(pending)
+
+
+def shielded(func: F) -> F:
+    """Run ``func`` with this thread's shield up (every store method is): an
+    interrupt landing at the bytecode after a query returned would otherwise
+    leave a transaction open or a connection mid-reply, a write lock held
+    for every other connection. The loss is delivered as the call returns."""
+
+    @functools.wraps(func)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() not in _threads:  # nothing armed on this thread
+            return func(*args, **kwargs)
+        shield_up()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            lower()
+
+    _guarded.add(call.__code__)
+    return call  # type: ignore[return-value]
 
 
 def _deliverable(state: _Thread) -> Block | None:

@@ -334,3 +334,34 @@ def test_8_an_interrupt_landing_anywhere_in_a_hold_leaves_no_lease_behind(
         with pytest.raises(LeaseLost):
             run_on("worker" if round_ % 2 else "main", job)
     assert_nothing_left(store, leases)
+
+
+@pytest.mark.parametrize("where", ["main", "worker"])
+@pytest.mark.parametrize("url", ["sqlite", "redis"], indirect=True)
+def test_9_an_interrupt_during_a_store_call_in_the_block_leaves_the_store_whole(
+        url: str, store: LeaseStore, breaker: LeaseStore, key: str, where: str) -> None:
+    """Job code that itself calls a store (an inner lease, a ``leasectl``-like
+    tool) is interrupted at its next bytecode, which is mostly just after a
+    store query returned. Before store calls were shielded, SQLite was left
+    inside ``BEGIN IMMEDIATE``: the file stayed write-locked, the hold's own
+    release failed and every other connection waited out its busy timeout."""
+    operator = connect(url)
+    lock = LeaseLock(store, key, ttl=0.5)
+    leases = []
+    try:
+        def job() -> None:
+            with lock.hold() as lease:
+                leases.append(lease)
+                threading.Timer(0.01, operator.force_release, (key, "operator")).start()
+                while True:  # the job's own writes through the same library
+                    breaker.force_release(f"{key}-other", by="job")
+
+        for _ in range(8):
+            with pytest.raises(LeaseLost):
+                run_on(where, job)
+            assert_nothing_left(store, leases)
+            with LeaseLock(operator, f"{key}-third", ttl=1).hold():  # the store takes writes
+                pass
+            breaker.force_release(f"{key}-other", by="job")  # so does the job's connection
+    finally:
+        operator.close()
