@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import ctypes
 import functools
+import gc
 import os
 import signal
 import sys
@@ -168,7 +169,6 @@ def shielded(func: F) -> F:
     leave a transaction open or a connection mid-reply, a write lock held
     for every other connection. The loss is delivered as the call returns."""
 
-    @functools.wraps(func)
     def call(*args: Any, **kwargs: Any) -> Any:
         if threading.get_ident() not in _threads:  # nothing armed on this thread
             return func(*args, **kwargs)
@@ -179,7 +179,7 @@ def shielded(func: F) -> F:
             lower()
 
     _guarded.add(call.__code__)
-    return call  # type: ignore[return-value]
+    return functools.wraps(func)(call)  # type: ignore[return-value]
 
 
 def _deliverable(state: _Thread) -> Block | None:
@@ -271,13 +271,32 @@ def _set_async(block: Block) -> bool:
         state = _threads.get(block.thread)
         if state is None or not block.armed or block.delivered or state.shield:
             return True
-        frame = sys._current_frames().get(block.thread)
+        frame = frame_of(block.thread)
         if frame is not None and frame.f_code in _guarded:
             return False
         block.delivered = True
         ctypes.pythonapi.PyThreadState_SetAsyncExc(
             ctypes.c_ulong(block.thread), ctypes.py_object(block.error))
         return True
+
+
+def frame_of(thread_id: int) -> FrameType | None:
+    """The frame ``thread_id`` runs now. ``sys._current_frames()`` holds the
+    interpreter's thread-list lock while it allocates; on Python <= 3.11 an
+    allocation may run the garbage collector, whose finalizers can hand the
+    GIL to a thread that waits for that lock: the process deadlocks
+    (CPython gh-106883). With the collector off for the call it cannot."""
+    with _frames_lock:  # one caller at a time, so none re-enables it under another
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return sys._current_frames().get(thread_id)
+        finally:
+            if enabled:
+                gc.enable()
+
+
+_frames_lock = threading.Lock()
 
 
 def _unraisable(info: Any) -> None:
@@ -322,9 +341,9 @@ def _handler(signum: int, frame: FrameType | None) -> None:
 
 
 def _after_fork() -> None:
-    global _MAIN, _lock, _send_lock
+    global _MAIN, _lock, _send_lock, _frames_lock
     _MAIN = threading.main_thread().ident or 0
-    _lock, _send_lock = threading.Lock(), threading.Lock()
+    _lock, _send_lock, _frames_lock = threading.Lock(), threading.Lock(), threading.Lock()
     _threads.clear()
 
 

@@ -5,7 +5,6 @@ inside a store call)."""
 from __future__ import annotations
 
 import sqlite3
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,16 +26,23 @@ def wait_until(condition: Callable[[], object], what: str, timeout: float = 10.0
         time.sleep(0.002)
 
 
-def inside(thread_id: int, function: str, file_part: str) -> bool:
-    """True when ``thread_id`` is running ``function`` of a file whose path
-    contains ``file_part`` (read from the interpreter, not from the code)."""
-    frame = sys._current_frames().get(thread_id)
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name == function and file_part in code.co_filename:
-            return True
-        frame = frame.f_back
-    return False
+def releasing(store: LeaseStore) -> set[int]:
+    """The ids of the threads inside ``store.release`` right now (the method
+    is wrapped on this instance). Not read from the threads' frames: walking
+    another running thread's ``f_back`` chain can crash CPython 3.11."""
+    inside: set[int] = set()
+    release = store.release
+
+    def tracked(key: str, secret: str, token: int) -> bool:
+        me = threading.get_ident()
+        inside.add(me)
+        try:
+            return release(key, secret, token)
+        finally:
+            inside.discard(me)
+
+    store.release = tracked  # type: ignore[method-assign]
+    return inside
 
 
 @contextmanager

@@ -21,7 +21,7 @@ import pytest
 from lease_integrations import LeaseLock, LeaseLost, LeaseStore, connect
 from lease_integrations.core import metrics
 from tests.conftest import store_url_for
-from tests.core.loss_support import assert_nothing_left, inside, wait_until, writes_held_up
+from tests.core.loss_support import assert_nothing_left, releasing, wait_until, writes_held_up
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])
@@ -171,6 +171,7 @@ def test_5_nested_holds_each_get_their_own_loss_even_inside_release(
     inner = LeaseLock(store, key, ttl=5)
     went_on = []
     leases = []
+    in_release = releasing(store)
 
     def job() -> None:
         me = threading.get_ident()
@@ -179,7 +180,7 @@ def test_5_nested_holds_each_get_their_own_loss_even_inside_release(
             outer_lease.on_lost(lambda _lease: interrupt_sent.set())  # runs after the interrupt
             with ExitStack() as stack:
                 def operator() -> None:  # break the outer while the inner releases
-                    wait_until(lambda: inside(me, "release", "stores"), "the inner release")
+                    wait_until(lambda: me in in_release, "the inner release")
                     outer_store.force_release(outer_lease.key, by="test")
                     interrupt_sent.wait(10)
                     let_go()
