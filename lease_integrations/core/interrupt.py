@@ -271,13 +271,23 @@ def _set_async(block: Block) -> bool:
         state = _threads.get(block.thread)
         if state is None or not block.armed or block.delivered or state.shield:
             return True
-        frame = frame_of(block.thread)
-        if frame is not None and frame.f_code in _guarded:
+        if _in_guarded_frame(block.thread):
+            return False
+        thread = ctypes.c_ulong(block.thread)
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(thread, ctypes.py_object(block.error))
+        # The thread may have run on into a guarded frame between the check
+        # and the raise (it then waits for _lock in shield_up, so the
+        # exception has not fired yet): withdraw it and try again later.
+        if _in_guarded_frame(block.thread):
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(thread, None)
             return False
         block.delivered = True
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(
-            ctypes.c_ulong(block.thread), ctypes.py_object(block.error))
         return True
+
+
+def _in_guarded_frame(thread_id: int) -> bool:
+    frame = frame_of(thread_id)
+    return frame is not None and frame.f_code in _guarded
 
 
 def frame_of(thread_id: int) -> FrameType | None:

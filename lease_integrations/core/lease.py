@@ -62,6 +62,8 @@ class Lease:
         self.lost = LostFlag()
         self.lost_reason: str | None = None
         self.released = False
+        #: ``time.monotonic()`` when the granting attempt started.
+        self.attempt_started = attempt_started
         self._trusted_until = attempt_started + ttl - margin
         self._callbacks: list[LostCallback] = []
         self._mutex = threading.Lock()

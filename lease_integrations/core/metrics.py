@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 from typing import Any
 
 METER_NAME = "lease_integrations"
@@ -53,7 +52,6 @@ class _Instruments:
 _lock = threading.Lock()
 _loaded = False
 _instruments: _Instruments | None = None
-_granted: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
 
 def _build(provider: Any | None) -> _Instruments | None:
@@ -107,8 +105,6 @@ def acquired(lease: Any, seconds: float) -> None:
     if inst is None:
         return
     inst.acquire.record(seconds, {"lease.key": lease.key})
-    with _lock:
-        _granted[lease] = time.monotonic()
 
 
 def busy(key: str) -> None:
@@ -130,11 +126,8 @@ def lost(key: str) -> None:
 
 
 def released(lease: Any) -> None:
-    """The holder let go of ``lease``: record how long it held it."""
+    """The holder let go of ``lease``: record how long it held it (since the
+    start of the attempt that granted it)."""
     inst = _get()
-    if inst is None:
-        return
-    with _lock:
-        started = _granted.pop(lease, None)
-    if started is not None:
-        inst.held.record(time.monotonic() - started, {"lease.key": lease.key})
+    if inst is not None:
+        inst.held.record(time.monotonic() - lease.attempt_started, {"lease.key": lease.key})

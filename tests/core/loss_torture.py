@@ -86,6 +86,7 @@ class Torture:
     def check_after(self, recs: list[Rec], returned: bool) -> None:
         for rec in recs:
             if not rec.done.wait(30):  # generous: a loaded CI host
+                faulthandler.dump_traceback()  # where the breaker is stuck
                 self.fail(f"break of {rec.lease.key} never finished")
             if rec.broken_held and returned:
                 self.fail(f"{rec.lease.key}: broken while held, yet the block returned normally")
