@@ -19,10 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SECONDS = 15.0
 
 
-@pytest.fixture(params=["memory", pytest.param("sqlite", marks=pytest.mark.xfail(
-    reason="open defect (issue 12): under CI load the SQLite run hung twice in one "
-           "fresh-clone run (seeds 772311643, 1768075400; replays pass); the child "
-           "now dumps its stacks on a hang", strict=False)), "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 def url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> str:
     return store_url_for(request, request.param, tmp_path)
 
