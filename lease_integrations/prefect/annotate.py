@@ -13,7 +13,7 @@ import logging
 import re
 from typing import Any
 
-from lease_integrations import Lease, LeaseLost
+from lease_integrations import Lease
 
 log = logging.getLogger("lease_integrations")
 
@@ -52,9 +52,7 @@ def annotate_sync(ctx: Any, lease: Lease) -> None:
             markdown=_markdown(lease), key=artifact_key_for(lease.key),
             description=f"lease {lease.key} token {lease.token}", _sync=True,
         )
-    except LeaseLost:
-        raise  # the interrupt landed here: it must end the run, not a log line
-    except Exception as exc:
+    except Exception as exc:  # the interrupt is a BaseException: it passes
         log.warning("could not annotate flow run with lease %s: %s", lease.key, exc)
 
 
@@ -69,7 +67,5 @@ async def annotate_async(ctx: Any, lease: Lease) -> None:
             markdown=_markdown(lease), key=artifact_key_for(lease.key),
             description=f"lease {lease.key} token {lease.token}",
         )
-    except LeaseLost:
-        raise  # the interrupt landed here: it must end the run, not a log line
-    except Exception as exc:
+    except Exception as exc:  # the interrupt is a BaseException: it passes
         log.warning("could not annotate flow run with lease %s: %s", lease.key, exc)

@@ -30,10 +30,10 @@ from .redis_connect import short_error
 
 #: Commands the store sends itself (outside its scripts): script calls, the
 #: connect check, ``list`` (SCAN; and SCRIPT EXISTS, which redis-py sends before
-#: a pipeline of scripts), ``history`` (LRANGE), ``wait_for_release`` (EXISTS,
-#: SUBSCRIBE) and the eviction-policy check (INFO).
+#: a pipeline of scripts), ``history`` (LRANGE), ``wait_for_release`` (BLPOP)
+#: and the eviction-policy check (INFO). Channels: only the scripts' PUBLISH.
 CLIENT_COMMANDS = ("evalsha", "script|load", "script|exists", "ping", "info", "scan", "exists",
-                   "lrange", "subscribe", "unsubscribe", "blpop")
+                   "lrange", "blpop")
 
 #: What redis-py's RedisCluster client sends besides: the slot map and the
 #: command table (to find each command's keys).
