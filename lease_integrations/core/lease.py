@@ -19,13 +19,48 @@ log = logging.getLogger("lease_integrations")
 LostCallback = Callable[["Lease"], None]
 
 
-class LostFlag(threading.Event):
-    """A ``threading.Event`` that is also falsy until set, so both
-    ``lease.lost.is_set()`` and ``if lease.lost:`` read naturally (a plain
-    Event is always truthy, which would make ``if lease.lost`` a silent bug)."""
+class LostFlag:
+    """Whether the lease is lost: ``is_set()``, ``wait(timeout)`` and ``set()``
+    as on a ``threading.Event``, and falsy until set, so ``if lease.lost:``
+    reads naturally (a plain Event is always truthy, a silent bug there).
+    The Event behind ``wait`` is made only when someone waits: most leases
+    are never waited on, and an Event (a Condition and two locks) is the
+    dearest part of making a lease."""
 
-    def __bool__(self) -> bool:
-        return self.is_set()
+    __slots__ = ("_event", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._event: threading.Event | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    __bool__ = is_set
+
+    def set(self) -> None:
+        with _flags:
+            self._set = True
+            event = self._event
+        if event is not None:
+            event.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._set:
+            return True
+        with _flags:
+            if self._set:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
+
+    def __repr__(self) -> str:
+        return f"<LostFlag {'set' if self._set else 'unset'}>"
+
+
+_flags = threading.Lock()  # guards LostFlag's first wait against its set
 
 
 class Lease:
