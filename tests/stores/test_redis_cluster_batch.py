@@ -1,0 +1,109 @@
+"""Batched renewals on the three-master Redis Cluster (servers/redis_topologies.py):
+``renew_many`` renews a batch with one pipelined request per node, each lease
+still judged on its own, and survives a node that forgot the script or a slot
+map that went stale. Round trips are counted by the servers themselves
+(``total_reads_processed`` in ``INFO stats``: one read per request that
+arrives), not by the client."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from redis.cluster import ClusterNode
+from servers.redis_topologies import RedisClusterNodes, command
+
+from lease_integrations import connect
+from lease_integrations.core.errors import StoreUnavailable
+from lease_integrations.core.store import RenewItem
+from lease_integrations.stores.redis import RedisStore
+
+TTL = 30.0
+LEASES = 30
+
+
+def reads(port: int) -> int:
+    """Requests the node has read so far (this INFO included)."""
+    info = command(port, "INFO", "stats")
+    return int(info.split("total_reads_processed:")[1].split("\r\n")[0])
+
+
+def secret(i: int) -> str:
+    return f"secret-{i}"
+
+
+@pytest.fixture
+def store(redis_cluster_url: str) -> Iterator[RedisStore]:
+    found = connect(redis_cluster_url)
+    assert isinstance(found, RedisStore)
+    yield found
+    found.close()
+
+
+@pytest.fixture
+def leases(store: RedisStore) -> list[RenewItem]:
+    """LEASES leases held by this store, spread over every primary."""
+    base = f"batch-{uuid.uuid4().hex[:8]}"
+    items: list[RenewItem] = []
+    for i in range(LEASES):
+        got = store.acquire(f"{base}-{i}", "worker", secret(i), TTL, {})
+        assert got.granted and got.record is not None
+        items.append((f"{base}-{i}", secret(i), got.record.token, TTL))
+    return items
+
+
+def test_a_batch_is_one_request_per_node_and_each_lease_is_judged_on_its_own(
+    redis_cluster: RedisClusterNodes, store: RedisStore, leases: list[RenewItem]
+) -> None:
+    assert store.batch_renewals
+    client = store._renew_client
+    per_node: dict[int, int] = {}
+    for key, *_ in leases:
+        port = client.get_node_from_key(store._prepared(key)[1][0]).port
+        per_node[port] = per_node.get(port, 0) + 1
+    assert len(per_node) == 3 and min(per_node.values()) >= 5, per_node
+    assert store.renew_many(leases) == [True] * LEASES  # warm: connections opened
+
+    before = {n.port: reads(n.port) for n in redis_cluster.nodes}
+    assert store.renew_many(leases) == [True] * LEASES
+    after = {n.port: reads(n.port) for n in redis_cluster.nodes}
+    # One read is the INFO above; one the pipelined batch (two if TCP split it).
+    requests = {port: after[port] - before[port] - 1 for port in before}
+    assert all(1 <= n <= 2 for n in requests.values()), (requests, per_node)
+
+    broken = leases[7][0]
+    assert store.force_release(broken, by="test") is not None
+    outcome = store.renew_many(leases)
+    assert outcome == [i != 7 for i in range(LEASES)]
+    record = store.get(broken)
+    assert record is not None and record.state == "released"  # refused, not resurrected
+
+
+def test_a_node_that_forgot_the_script_or_a_stale_slot_map_still_gets_every_verdict(
+    redis_cluster: RedisClusterNodes, store: RedisStore, leases: list[RenewItem]
+) -> None:
+    client = store._renew_client
+    flushed = redis_cluster.nodes[0].port
+    assert command(flushed, "SCRIPT", "FLUSH").startswith("+OK")
+    before = reads(flushed)
+    assert store.renew_many(leases) == [True] * LEASES
+    # The refused batch, SCRIPT LOAD and the batch again (plus this INFO).
+    assert reads(flushed) - before - 1 <= 4
+
+    # Point one lease's slot at a node that does not own it: that node
+    # answers MOVED and the lease is renewed where it lives.
+    rec = store._prepared(leases[3][0])[1][0]
+    slot = client.keyslot(rec)
+    owner = client.get_node_from_key(rec)
+    wrong = next(n for n in client.get_primaries() if n.name != owner.name)
+    client.nodes_manager.slots_cache[slot] = [wrong]
+    assert store.renew_many(leases) == [True] * LEASES
+    assert client.get_node_from_key(rec).name == owner.name  # the map learnt it back
+
+    # A slot mapped to a node nobody listens on: no verdict for that lease,
+    # so the call fails (every lease retried), and never reads as refused.
+    client.nodes_manager.slots_cache[slot] = [ClusterNode("127.0.0.1", 1)]  # type: ignore[no-untyped-call]
+    with pytest.raises(StoreUnavailable, match="1 of 30 renewals got no answer"):
+        store.renew_many(leases)
+    assert client.get_node_from_key(rec).name == owner.name  # the map was read again
