@@ -243,25 +243,18 @@ class RedisStore(LeaseStore):
                                args=[secret, str(token), max(1, round(ttl * 1000))])
         return bool(done)
 
-    def renew_many(self, items: Sequence[RenewItem]) -> builtins.list[bool]:
+    def renew_many(self, items: Sequence[RenewItem]) -> builtins.list[bool | None]:
         """One script call for the whole batch (``RENEW_MANY``) on one server.
         A Cluster script cannot span slots and every key has its own slot, so
         there the batch is one pipeline of ``RENEW`` calls per node, all nodes
-        at once (``redis_cluster_batch``). A lease whose node gave no verdict
-        fails the whole call (an exception: every lease of it is retried),
-        never reads as refused."""
+        at once (``redis_cluster_batch``); a lease whose node gave no verdict
+        is None (retried by the heartbeat), never False (lost)."""
         if self._cluster:
             calls = [(self._prepared(key)[1][0], secret, str(token), max(1, round(ttl * 1000)))
                      for key, secret, token, ttl in items]
             with self._errors():
-                outcomes = redis_cluster_batch.renew_per_node(self._renew_client, self._renew,
-                                                              calls)
-            if None in outcomes:
-                raise StoreUnavailable(
-                    f"Redis Cluster: {outcomes.count(None)} of {len(items)} renewals got no "
-                    "answer from their node", url=self.url)
-            return [bool(o) for o in outcomes]
-        out: builtins.list[bool] = []
+                return redis_cluster_batch.renew_per_node(self._renew_client, self._renew, calls)
+        out: builtins.list[bool | None] = []
         for start in range(0, len(items), RENEW_BATCH):
             chunk = items[start:start + RENEW_BATCH]
             keys = [self._prepared(key)[1][0] for key, _, _, _ in chunk]
