@@ -11,8 +11,10 @@ Two contenders, interleaved run by run on the same leases and the same store:
 
 Round trips are the requests redis-py writes (``SendCounter``); wall and CPU
 time are per whole call, medians over the runs with the spread beside them.
+Then the same number of ``LeaseLock`` leases kept alive by the heartbeat on
+the cluster (``many_keys.run_lease``: CPU %, requests per second).
 
-    python -m benchmarks.cluster_renewals [--leases 1000] [--runs 7]
+    python -m benchmarks.cluster_renewals [--leases 1000] [--runs 7] [--windows 2]
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 from lease_integrations import connect
 from lease_integrations.core.store import LeaseStore, RenewItem
 
+from . import many_keys
 from .harness import SendCounter
 from .local_servers import redis_cluster
 from .tables import table
@@ -91,6 +94,13 @@ def run(url: str, n: int, runs: int, log: Any) -> list[dict[str, Any]]:
     return [_summary(name, n, s) for name, s in samples.items()]
 
 
+def heartbeat(url: str, n: int, windows: int, log: Any) -> dict[str, Any]:
+    """N LeaseLock leases on one heartbeat on the cluster (many_keys' figure)."""
+    result = many_keys.run_lease(url, n, windows, log)
+    result["name"] = "heartbeat, 1 process, Redis Cluster"
+    return result
+
+
 def render(results: list[dict[str, Any]]) -> str:
     rows = [[r["name"], r.get("leases"), r.get("round_trips"), r.get("wall_ms"),
              "{:.1f}-{:.1f}".format(*r["wall_ms_range"]) if "wall_ms_range" in r else None,
@@ -100,11 +110,21 @@ def render(results: list[dict[str, Any]]) -> str:
                  rows, left=("note", "wall range"))
 
 
+def many_keys_table(results: list[dict[str, Any]]) -> str:
+    rows = [[r["name"], r.get("leases"), r.get("cpu_pct"), r.get("renewals_per_s"),
+             r.get("sends_per_s"), r.get("cpu_us_per_renewal"), r.get("lost"), r.get("note")]
+            for r in results]
+    return table("Redis Cluster: leases kept alive by one heartbeat, over fixed wall windows",
+                 ["contender", "leases", "cpu %", "renewals/s", "sends/s", "cpu us/renewal",
+                  "lost", "note"], rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.cluster_renewals",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--leases", type=int, default=1000)
     p.add_argument("--runs", type=int, default=7)
+    p.add_argument("--windows", type=int, default=2, help="heartbeat windows (0: skip)")
     args = p.parse_args(argv)
 
     def log(message: str) -> None:
@@ -113,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     with redis_cluster() as url:
         log(f"started a Redis Cluster at {url}")
         print(render(run(url, args.leases, args.runs, log)))
+        if args.windows:
+            print(many_keys_table([heartbeat(url, args.leases, args.windows, log)]))
     return 0
 
 
