@@ -190,8 +190,11 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 with local_servers.redis_cluster() as cluster_url:
                     results_c = cluster_renewals.run(cluster_url, 1000, 3 if quick else 7, log)
-                res["cluster_renewals"] = results_c
+                    beat = [] if quick else [cluster_renewals.heartbeat(cluster_url, 1000, 2, log)]
+                res["cluster_renewals"] = results_c + beat
                 show(cluster_renewals.render(results_c))
+                if beat:
+                    show(cluster_renewals.many_keys_table(beat))
             except Exception as exc:
                 out["errors"]["cluster"] = f"{type(exc).__name__}: {exc}"
                 log(f"cluster renewals skipped: {out['errors']['cluster']}")
