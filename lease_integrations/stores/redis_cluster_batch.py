@@ -15,13 +15,15 @@ refused), never as ``False``, which would declare it lost:
 
 - ``NOSCRIPT`` (the node restarted or flushed its scripts): the script is
   loaded on that node and its leases are sent once more, pipelined again.
-- ``MOVED`` / ``ASK`` / ``TRYAGAIN`` / ``CLUSTERDOWN`` (the slot map changed):
-  those leases go through the cluster client one by one, which follows the
-  redirection and patches the slot map the next batch is grouped by.
-- A connection error or timeout on a node: its leases are ``None`` and the
-  slot map is read again (a failover promotes a replica), so the next batch
-  goes to the new owner. They are not retried here: a dead node would cost a
-  connect timeout per lease.
+- ``MOVED`` / ``ASK`` (the slot map changed): those leases go through the
+  cluster client one by one, which follows the redirection and patches the
+  slot map the next batch is grouped by.
+- A connection error or timeout on a node, ``CLUSTERDOWN`` or ``TRYAGAIN``:
+  those leases are ``None`` and the slot map is read again (a failover
+  promotes a replica), so the next batch goes to the new owner. They are not
+  retried here: a dead node would cost a connect timeout per lease, and the
+  cluster client answers ``CLUSTERDOWN`` with a pause and a map re-read per
+  call.
 """
 
 from __future__ import annotations
@@ -44,8 +46,12 @@ from redis.exceptions import (
 
 log = logging.getLogger("lease_integrations")
 
-#: Replies that mean "ask the cluster client, it knows how to follow this".
-_REDIRECTED = (AskError, TryAgainError, ClusterDownError)  # MovedError is an AskError
+#: Replies that mean "ask the cluster client, it knows how to follow this"
+#: (MovedError is an AskError).
+_REDIRECTED = (AskError,)
+#: Replies that leave the lease without a verdict and the slot map in doubt:
+#: the cluster client would sleep and re-read the map for each lease.
+_UNSETTLED = (ClusterDownError, TryAgainError)
 _LOST_LINK = (ConnectionError, TimeoutError)
 
 #: One lease's arguments to RENEW: record key, secret, token, ttl in ms.
@@ -97,7 +103,7 @@ def _send(client: Any, script: Any, calls: Sequence[Call], groups: list[tuple[An
     held: list[tuple[Any, Any, Any, list[int]]] = []  # node, its Redis, connection, calls
     written = read = 0
     noscript: list[tuple[Any, list[int]]] = []
-    lost: list[str] = []
+    lost: dict[str, str] = {}  # node name: its first error
     unwritten: set[int] = set()  # positions in held whose write failed
     try:
         for node, indexes in groups:
@@ -105,7 +111,7 @@ def _send(client: Any, script: Any, calls: Sequence[Call], groups: list[tuple[An
             try:
                 connection = node_redis.connection_pool.get_connection()
             except _LOST_LINK as exc:
-                lost.append(f"{node.name}: {exc}")
+                lost.setdefault(node.name, str(exc))
                 continue
             held.append((node, node_redis, connection, indexes))
         for n, (node, _, connection, indexes) in enumerate(held):
@@ -114,7 +120,7 @@ def _send(client: Any, script: Any, calls: Sequence[Call], groups: list[tuple[An
             try:
                 connection.send_packed_command(packed)
             except _LOST_LINK as exc:
-                lost.append(f"{node.name}: {exc}")
+                lost.setdefault(node.name, str(exc))
                 connection.disconnect()
                 unwritten.add(n)
             written += 1
@@ -127,8 +133,10 @@ def _send(client: Any, script: Any, calls: Sequence[Call], groups: list[tuple[An
                     missing.append(i)
                 except _REDIRECTED:
                     redirected.append(i)
+                except _UNSETTLED as exc:
+                    lost.setdefault(node.name, str(exc))
                 except _LOST_LINK as exc:
-                    lost.append(f"{node.name}: {exc}")
+                    lost.setdefault(node.name, str(exc))
                     connection.disconnect()
                     break
                 except ResponseError as exc:  # any other refusal: no verdict for this lease
@@ -142,7 +150,7 @@ def _send(client: Any, script: Any, calls: Sequence[Call], groups: list[tuple[An
                 connection.disconnect()
             node_redis.connection_pool.release(connection)
     if lost:
-        log.debug("renewals without a verdict, re-reading the slot map: %s", "; ".join(lost))
+        log.debug("renewals without a verdict, re-reading the slot map: %s", lost)
         try:
             client.nodes_manager.initialize()
         except (RedisError, RedisClusterException) as exc:
