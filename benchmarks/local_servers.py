@@ -19,6 +19,7 @@ if str(ROOT / "tests") not in sys.path:
 from servers.mongo_server import MongoWireServer, mongo_python  # noqa: E402
 from servers.postgres_server import PgServer, pg_bin  # noqa: E402
 from servers.redis_server import RedisServer  # noqa: E402
+from servers.redis_topologies import RedisClusterNodes  # noqa: E402
 
 Log = Callable[[str], None]
 
@@ -32,6 +33,19 @@ def redis_server() -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextmanager
+def redis_cluster() -> Iterator[str]:
+    """Three primaries, every slot assigned: the tests' cluster; yields its URL."""
+    directory = Path(tempfile.mkdtemp(prefix="lease-bench-cluster-"))
+    cluster = RedisClusterNodes(directory)
+    try:
+        cluster.start()
+        yield cluster.url
+    finally:
+        cluster.stop()
         shutil.rmtree(directory, ignore_errors=True)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import (
+    cluster_renewals,
     extras,
     handover,
     local_servers,
@@ -29,7 +30,7 @@ from .harness import Result
 from .tables import table
 from .targets import evaluate, perf_table, render_perf, render_targets
 
-SECTIONS = ("redis", "handover", "many", "stores", "orchestrators", "extras")
+SECTIONS = ("redis", "handover", "many", "cluster", "stores", "orchestrators", "extras")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -185,6 +186,18 @@ def main(argv: list[str] | None = None) -> int:
             results_m = many_keys.run(urls["redis"], 1000, 1 if quick else 2, log, with_prl=not quick)
             res["many_keys"] = results_m
             show(many_table(results_m))
+        if "cluster" in sections:  # its own three-node cluster, stopped when the section ends
+            try:
+                with local_servers.redis_cluster() as cluster_url:
+                    results_c = cluster_renewals.run(cluster_url, 1000, 3 if quick else 7, log)
+                    beat = [] if quick else [cluster_renewals.heartbeat(cluster_url, 1000, 2, log)]
+                res["cluster_renewals"] = results_c + beat
+                show(cluster_renewals.render(results_c))
+                if beat:
+                    show(cluster_renewals.many_keys_table(beat))
+            except Exception as exc:
+                out["errors"]["cluster"] = f"{type(exc).__name__}: {exc}"
+                log(f"cluster renewals skipped: {out['errors']['cluster']}")
     if "orchestrators" in sections:
         results_o = orchestrators.run(quick, log, dag_run=args.dag_run)
         res["orchestrators"] = results_o

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from . import metrics
+from .errors import StoreUnavailable
 from .lease import Lease
 from .store import LeaseStore
 
@@ -208,8 +209,9 @@ class Heartbeat:
 
     def _renew_batch(self, batch: list[_Entry]) -> None:
         """One store call for the batch; then each lease settled on its own:
-        a refused renewal loses only that lease, an error for the call is a
-        transient failure of each (retried until its own trust window closes)."""
+        a refused renewal loses only that lease, an error for the call (or
+        None, no verdict, for one lease) is a transient failure of each lease
+        concerned (retried until its own trust window closes)."""
         started = time.monotonic()
         outcomes: list[bool | None]
         try:
@@ -239,7 +241,11 @@ class Heartbeat:
                         self._push(started + entry.interval, "renew", entry)
                 self._cond.notify()
         for entry, outcome in zip(batch, outcomes):
-            if not outcome:
+            if outcome is None:  # no verdict for this lease alone (a Cluster node failed)
+                why = StoreUnavailable("the store gave no verdict for this renewal",
+                                       url=entry.store.url)
+                self._settle(entry, None, started, f"StoreUnavailable: {why}", why)
+            elif not outcome:
                 self._settle(entry, False, started, "", None)
 
     def _settle(self, entry: _Entry, outcome: bool | None, started: float, error: str,

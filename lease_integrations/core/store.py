@@ -109,14 +109,16 @@ class LeaseStore(ABC):
         """Extend to now + ttl iff secret and token match and the lease has not
         expired. False means the lease is gone for good: never resurrected."""
 
-    def renew_many(self, items: Sequence[RenewItem]) -> builtins.list[bool]:
+    def renew_many(self, items: Sequence[RenewItem]) -> Sequence[bool | None]:
         """Renew several leases, each judged on its own exactly as ``renew``
-        would: the result has one bool per item, in order, and a refused item
-        loses only that lease. The heartbeat calls this with every lease of one
-        store that falls due in the same tick, so a store with a batch form
-        (one script, one statement) makes that one round trip instead of one
-        per lease. The default loops over ``renew``. An exception means the
-        whole batch failed transiently (the caller retries each lease)."""
+        would: the result has one outcome per item, in order, and a refused
+        item (False) loses only that lease. The heartbeat calls this with every
+        lease of one store that falls due in the same tick, so a store with a
+        batch form (one script, one statement) makes that one round trip instead
+        of one per lease. The default loops over ``renew``. An exception means
+        the whole batch failed transiently (the caller retries each lease); None
+        for an item means the same for that item alone (a store spread over
+        several servers, one of which did not answer: a Redis Cluster node)."""
         return [self.renew(key, secret, token, ttl) for key, secret, token, ttl in items]
 
     @abstractmethod

@@ -43,7 +43,7 @@ from ..core.store import (
     RenewItem,
     readable_records,
 )
-from . import redis_checks, redis_connect, redis_scripts
+from . import redis_checks, redis_cluster_batch, redis_connect, redis_scripts
 from .redis_eviction import check_eviction_policy
 
 log = logging.getLogger("lease_integrations")
@@ -118,9 +118,9 @@ class RedisStore(LeaseStore):
         redis_connect.adopt_client(client)
         self._client = client
         self._cluster = redis_connect.is_cluster(client)
-        # A Cluster renews one key per call (a script cannot span slots):
-        # there the heartbeat keeps renewing in parallel instead.
-        self.batch_renewals = not self._cluster
+        # A Cluster batch costs one pipelined request per node, sent to every
+        # node before any reply is read (redis_cluster_batch): batch there too.
+        self.batch_renewals = True
         if renew_client is None:
             renew_client = redis_connect.renew_client_for(client) or client
         else:
@@ -243,13 +243,18 @@ class RedisStore(LeaseStore):
                                args=[secret, str(token), max(1, round(ttl * 1000))])
         return bool(done)
 
-    def renew_many(self, items: Sequence[RenewItem]) -> builtins.list[bool]:
+    def renew_many(self, items: Sequence[RenewItem]) -> builtins.list[bool | None]:
         """One script call for the whole batch (``RENEW_MANY``) on one server.
         A Cluster script cannot span slots and every key has its own slot, so
-        there each lease is renewed by its own call."""
+        there the batch is one pipeline of ``RENEW`` calls per node, all nodes
+        at once (``redis_cluster_batch``); a lease whose node gave no verdict
+        is None (retried by the heartbeat), never False (lost)."""
         if self._cluster:
-            return super().renew_many(items)
-        out: builtins.list[bool] = []
+            calls = [(self._prepared(key)[1][0], secret, str(token), max(1, round(ttl * 1000)))
+                     for key, secret, token, ttl in items]
+            with self._errors():
+                return redis_cluster_batch.renew_per_node(self._renew_client, self._renew, calls)
+        out: builtins.list[bool | None] = []
         for start in range(0, len(items), RENEW_BATCH):
             chunk = items[start:start + RENEW_BATCH]
             keys = [self._prepared(key)[1][0] for key, _, _, _ in chunk]

@@ -60,3 +60,47 @@ def test_leases_due_together_are_renewed_in_one_call_and_judged_alone(key: str) 
             if lease is not leases[7]:
                 lock.release(lease)
         store.close()
+
+
+class OneSilentNodeStore(CountingStore):
+    """The real memory store, except that leases in ``silent`` get no verdict
+    (None) from ``renew_many``, as a Redis Cluster reports the leases of a node
+    that did not answer while the other nodes renewed theirs."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.silent: set[str] = set()
+        self.unanswered = threading.Event()
+
+    def renew_many(self, items: Sequence[RenewItem]) -> list[bool | None]:
+        quiet = [item[0] in self.silent for item in items]
+        done = super().renew_many([item for item, q in zip(items, quiet) if not q])
+        answers = iter(done)
+        if any(quiet):
+            self.unanswered.set()
+        return [None if q else next(answers) for q in quiet]
+
+
+def test_a_lease_without_a_verdict_in_a_batch_is_retried_not_lost(key: str) -> None:
+    store = OneSilentNodeStore(key)
+    locks = [LeaseLock(store, f"{key}-{i}", ttl=1.5, on_lost="check") for i in range(20)]
+    leases = [lock.acquire(wait=0) for lock in locks]
+    victim = leases[7]
+    try:
+        if not store.seen.wait(10):
+            pytest.fail(f"no batched renewal within 10 s; batches seen: {store.batches}")
+        store.silent.add(victim.key)
+        if not store.unanswered.wait(10):
+            pytest.fail("the victim was never in a batch while silent")
+        store.silent.clear()
+        mark = store.get(victim.key).renewed_at  # type: ignore[union-attr]
+        deadline = time.monotonic() + 10
+        while store.get(victim.key).renewed_at == mark:  # type: ignore[union-attr]
+            assert not victim.lost.is_set(), "a renewal without a verdict declared the lease lost"
+            assert time.monotonic() < deadline, "the victim was never renewed again"
+            time.sleep(0.02)
+        assert [lease.key for lease in leases if lease.lost.is_set()] == []
+    finally:
+        for lock, lease in zip(locks, leases):
+            lock.release(lease)
+        store.close()
