@@ -23,8 +23,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -86,7 +85,25 @@ def _event_head(kind: str, detail_json: str, holder: str | None = None, *,
     return "{" + ", ".join(fields)
 
 
-_RELEASED_HEAD = _event_head("released", "{}", with_holder=False)
+
+class _Errors:
+    """``with self._errors:`` turns a Redis error into ``StoreUnavailable``.
+    A plain class, not ``@contextmanager``: it sits on every operation and a
+    generator-based one costs five calls more per use."""
+
+    __slots__ = ("url",)
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, etype: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> None:
+        if isinstance(exc, (redis.RedisError, RedisClusterException)):
+            raise StoreUnavailable(f"Redis error: {redis_connect.short_error(exc)}",
+                                   url=self.url) from exc
 
 
 def _check_prefix(prefix: object, url: str) -> None:
@@ -142,6 +159,7 @@ class RedisStore(LeaseStore):
         timeout = redis_connect.socket_timeout_of(client)
         self._wait_slice = max(0.05, timeout - 1.0) if timeout else 60.0
         self._key_cache: dict[str, tuple[list[str], list[str], list[str]]] = {}
+        self._errors = _Errors(self.url)
         try:
             self._connect_check()
             check_eviction_policy(client, url=self.url, allow_eviction=allow_eviction)
@@ -174,13 +192,6 @@ class RedisStore(LeaseStore):
             probe_channel=self._channel("acl-probe"), prefix=self.prefix, url=self.url,
             renew_client=self._renew_client)
 
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except (redis.RedisError, RedisClusterException) as exc:
-            raise StoreUnavailable(f"Redis error: {redis_connect.short_error(exc)}",
-                                   url=self.url) from exc
 
     def _tag(self, key: str) -> str:
         return f"{{{self.prefix}:{key}}}"
@@ -222,11 +233,10 @@ class RedisStore(LeaseStore):
                 meta: Mapping[str, Any]) -> AcquireResult:
         plain = dict(meta)
         meta_json = json.dumps(plain, default=str)
-        head = _event_head("acquired", '{"meta": ' + meta_json + "}", holder)
         keys = self._prepared(key)[0]
-        with self._errors():
+        with self._errors:
             reply = self._acquire(keys=keys, args=[holder, secret, max(1, round(ttl * 1000)),
-                                                   meta_json, head, HISTORY_LIMIT])
+                                                   meta_json])
         if not reply or reply[0] != 1:
             return AcquireResult(False, self._record(key, reply))
         _, token, now, expires = reply
@@ -238,7 +248,7 @@ class RedisStore(LeaseStore):
                                                at, plain))
 
     def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
-        with self._errors():
+        with self._errors:
             done = self._renew(keys=self._prepared(key)[1],
                                args=[secret, str(token), max(1, round(ttl * 1000))])
         return bool(done)
@@ -252,7 +262,7 @@ class RedisStore(LeaseStore):
         if self._cluster:
             calls = [(self._prepared(key)[1][0], secret, str(token), max(1, round(ttl * 1000)))
                      for key, secret, token, ttl in items]
-            with self._errors():
+            with self._errors:
                 return redis_cluster_batch.renew_per_node(self._renew_client, self._renew, calls)
         out: builtins.list[bool | None] = []
         for start in range(0, len(items), RENEW_BATCH):
@@ -261,27 +271,27 @@ class RedisStore(LeaseStore):
             args: builtins.list[Any] = []
             for _, secret, token, ttl in chunk:
                 args += (secret, str(token), max(1, round(ttl * 1000)))
-            with self._errors():
+            with self._errors:
                 replies = self._renew_many(keys=keys, args=args)
             out += [bool(r) for r in replies]
         return out
 
     def release(self, key: str, secret: str, token: int) -> bool:
-        with self._errors():
+        with self._errors:
             done = self._release(
                 keys=self._prepared(key)[2],
-                args=[secret, str(token), _RELEASED_HEAD, HISTORY_LIMIT, self._channel(key)],
+                args=[secret, str(token), self._channel(key)],
             )
         return bool(done)
 
     def get(self, key: str) -> LeaseRecord | None:
-        with self._errors():
+        with self._errors:
             return self._record(key, self._get(keys=self._prepared(key)[1]))
 
     def list(self, prefix: str = "") -> RecordList:
         start = f"{{{self.prefix}:"
         pattern = start + re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*}:rec"
-        with self._errors():
+        with self._errors:
             names = sorted(self._client.scan_iter(match=pattern, count=1000))
             keys = [n[len(start):-len("}:rec")] for n in names]
             keys = [k for k in keys if k.startswith(prefix)]
@@ -297,16 +307,16 @@ class RedisStore(LeaseStore):
 
     def force_release(self, key: str, by: str) -> LeaseRecord | None:
         head = _event_head("broken", _detail({"by": by}), with_holder=False)
-        with self._errors():
+        with self._errors:
             reply = self._force(keys=self._prepared(key)[2],
-                                args=[head, HISTORY_LIMIT, self._channel(key)])
+                                args=[head, self._channel(key)])
         return self._record(key, reply)
 
     def history(self, key: str, limit: int = 50) -> builtins.list[LeaseEvent]:
         limit = min(int(limit), HISTORY_LIMIT)
         if limit <= 0:
             return []
-        with self._errors():
+        with self._errors:
             raw = self._client.lrange(self._prepared(key)[0][1], -limit, -1)
         events: builtins.list[LeaseEvent] = []
         for line in raw:
@@ -321,9 +331,9 @@ class RedisStore(LeaseStore):
 
     def record_event(self, key: str, kind: EventKind, holder: str | None, token: int,
                      detail: Mapping[str, Any] | None = None) -> None:
-        with self._errors():
+        with self._errors:
             head = _event_head(kind, _detail(detail), holder)
-            self._event(keys=self._prepared(key)[0], args=[head, str(token), HISTORY_LIMIT])
+            self._event(keys=self._prepared(key)[0], args=[head, str(token)])
 
     def wait_for_release(self, key: str, timeout: float) -> bool:
         """Block on the key's wake-up list (``BLPOP``): a release pushes one

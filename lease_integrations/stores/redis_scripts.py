@@ -33,6 +33,8 @@ The secret never leaves the server.
 
 from __future__ import annotations
 
+from ..core.store import HISTORY_LIMIT
+
 #: History is trimmed back to HISTORY_LIMIT once it is this much longer.
 TRIM_SLACK = 32
 
@@ -65,13 +67,17 @@ local function wake()
   redis.call('PEXPIRE', KEYS[3], """ + str(WAKE_TTL_MS) + """)
 end
 -- Append one event; trim only now and then. head is the JSON object's start.
-local function push_event(head, token, now, limit)
+-- The constants are part of the script text, not arguments: every argument
+-- costs the client an encode per call.
+local function push_event(head, token, now)
   local n = redis.call('RPUSH', KEYS[2], head .. ',"token":' .. token .. ',"at":' .. fmt(now) .. '}')
-  if n > limit + """ + str(TRIM_SLACK) + """ then redis.call('LTRIM', KEYS[2], -limit, -1) end
+  if n > """ + str(HISTORY_LIMIT + TRIM_SLACK) + """ then
+    redis.call('LTRIM', KEYS[2], -""" + str(HISTORY_LIMIT) + """, -1)
+  end
 end
 """
 
-#: KEYS: rec, hist. ARGV: holder, secret, ttl_ms, meta_json, event_head, limit.
+#: KEYS: rec, hist. ARGV: holder, secret, ttl_ms, meta_json.
 #: Returns {1, token, now, expires} when granted, the busy record otherwise.
 #: A record whose expires_at cannot be read as a number counts as held (the
 #: client then reports it as corrupt) rather than be granted over.
@@ -87,7 +93,8 @@ local expires = now + tonumber(ARGV[3])
 local t = fmt(token)
 redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'secret', ARGV[2], 'token', t, 'acquired_at', now,
            'renewed_at', now, 'expires_at', expires, 'meta', ARGV[4])
-push_event(ARGV[5], t, now, tonumber(ARGV[6]))
+push_event('{"kind": "acquired", "holder": ' .. cjson.encode(ARGV[1]) ..
+           ', "detail": {"meta": ' .. ARGV[4] .. '}', t, now)
 return {1, t, now, expires}
 """
 
@@ -122,21 +129,20 @@ end
 return out
 """
 
-#: KEYS: rec, hist, wake. ARGV: secret, token, event_head (without holder),
-#: limit, channel. Returns 1 when released; wakes the next waiter (and
+#: KEYS: rec, hist, wake. ARGV: secret, token, channel. Returns 1 when released; wakes the next waiter (and
 #: publishes the release for pub/sub listeners) in the same step.
 RELEASE = _PRELUDE + """
 local f = redis.call('HMGET', KEYS[1], 'secret', 'token', 'holder')
 if f[1] ~= ARGV[1] or f[2] ~= ARGV[2] or not f[3] then return 0 end
 local now = clock()
 redis.call('HDEL', KEYS[1], 'holder', 'secret')
-push_event(ARGV[3] .. ',"holder":' .. cjson.encode(f[3]), ARGV[2], now, tonumber(ARGV[4]))
+push_event('{"kind": "released", "detail": {}, "holder": ' .. cjson.encode(f[3]), ARGV[2], now)
 wake()
-redis.pcall('PUBLISH', ARGV[5], 'released')  -- best effort: waiters also poll
+redis.pcall('PUBLISH', ARGV[3], 'released')  -- best effort: waiters also poll
 return 1
 """
 
-#: KEYS: rec, hist, wake. ARGV: event_head (without holder), limit, channel.
+#: KEYS: rec, hist, wake. ARGV: event_head (without holder), channel.
 #: Returns the record as it was before the break, or nil when there is none.
 FORCE_RELEASE = _PRELUDE + """
 local now = clock()
@@ -145,9 +151,9 @@ if not before then return false end
 redis.call('HDEL', KEYS[1], 'holder', 'secret')
 local holder = 'null'
 if before[2] then holder = cjson.encode(before[2]) end
-push_event(ARGV[1] .. ',"holder":' .. holder, before[3], now, tonumber(ARGV[2]))
+push_event(ARGV[1] .. ',"holder":' .. holder, before[3], now)
 wake()
-redis.pcall('PUBLISH', ARGV[3], 'released')
+redis.pcall('PUBLISH', ARGV[2], 'released')
 return before
 """
 
@@ -156,10 +162,10 @@ GET = _PRELUDE + """
 return record((clock()))
 """
 
-#: KEYS: rec, hist. ARGV: event_head, token, limit. Only for known keys.
+#: KEYS: rec, hist. ARGV: event_head, token. Only for known keys.
 RECORD_EVENT = _PRELUDE + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-push_event(ARGV[1], ARGV[2], (clock()), tonumber(ARGV[3]))
+push_event(ARGV[1], ARGV[2], (clock()))
 return 1
 """
 
