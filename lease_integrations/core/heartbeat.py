@@ -226,7 +226,7 @@ class Heartbeat:
         except Exception as exc:  # transient: retry until the trust window closes
             error = f"{type(exc).__name__}: {exc}"
             for entry in batch:
-                self._settle(entry, None, started, error, exc)
+                self._settle(entry, None, error, exc)
             return
         renewed = [e for e, ok in zip(batch, outcomes) if ok]
         if renewed:  # the common case, settled under one lock for the whole batch
@@ -244,12 +244,14 @@ class Heartbeat:
             if outcome is None:  # no verdict for this lease alone (a Cluster node failed)
                 why = StoreUnavailable("the store gave no verdict for this renewal",
                                        url=entry.store.url)
-                self._settle(entry, None, started, f"StoreUnavailable: {why}", why)
+                self._settle(entry, None, f"StoreUnavailable: {why}", why)
             elif not outcome:
-                self._settle(entry, False, started, "", None)
+                self._settle(entry, False, "", None)
 
-    def _settle(self, entry: _Entry, outcome: bool | None, started: float, error: str,
+    def _settle(self, entry: _Entry, outcome: bool | None, error: str,
                 exc: Exception | None) -> None:
+        """A renewal that failed (None: retry it) or was refused (False: lost);
+        successes are settled in bulk by ``_renew_batch``."""
         lease = entry.lease
         if exc is not None:
             entry.last_error = error
@@ -265,13 +267,7 @@ class Heartbeat:
             entry.in_flight = False
             if not entry.active:
                 return
-            if outcome is True:
-                self.renewals += 1
-                entry.failures = 0
-                entry.last_error = ""
-                lease.renewed(started)
-                self._push(started + entry.interval, "renew", entry)
-            elif outcome is None:
+            if outcome is None:
                 entry.failures += 1
                 jitter = random.uniform(0.5, 1.0)
                 self._push(time.monotonic() + entry.retry_delay * jitter, "renew", entry)
