@@ -107,7 +107,9 @@ TRIM = """DELETE FROM {e} WHERE key = %(key)s AND EXISTS (SELECT 1 FROM {changed
 # first grant). The server spends most of a short statement setting up its
 # plan (a node per CTE, subquery and expression), so the statement holds only
 # what every acquire needs: take a released or expired row, bump the counter,
-# write the event; busy: the current row from the statement's snapshot. The
+# write the event; busy: the current row from the statement's snapshot (one
+# join of the snapshot's row with the update's: a second branch for the busy
+# row cost an eighth of the statement to set up). The
 # next token is floored by the row's own token, the counter table and the
 # server's clock (microseconds), so neither a deleted row nor a lost counter
 # brings a token back. Results come in binary (no timestamp formatting on the
@@ -132,11 +134,9 @@ ev AS (
     INSERT INTO {e} (key, kind, token, holder, at, detail)
     SELECT key, 'acquired', token, $2, t, $6::jsonb FROM up
 ){trim}
-SELECT true, token, t, expires_at, NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::jsonb
-FROM up
-UNION ALL
-SELECT false, l.token, n.t, l.expires_at, l.holder, l.acquired_at, l.renewed_at, l.meta
-FROM {t} l, n WHERE l.key = $1 AND NOT EXISTS (SELECT 1 FROM up)
+SELECT up.token IS NOT NULL, coalesce(up.token, l.token), n.t,
+       coalesce(up.expires_at, l.expires_at), l.holder, l.acquired_at, l.renewed_at, l.meta
+FROM n CROSS JOIN {t} l LEFT JOIN up ON true WHERE l.key = $1
 """
 # One acquire in TRIM_EVERY (chosen at random, so every key's history is
 # trimmed however its acquires spread over processes) also trims the key's
