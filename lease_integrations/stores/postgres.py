@@ -389,17 +389,25 @@ class PostgresStore(LeaseStore):
     def _exec(self, statement: Statement, params: Sequence[bytes]) -> Any:
         """One hot statement (``_pg_exec``) on a pooled connection, bounded
         and mapped to ``StoreUnavailable`` exactly as ``_call`` does."""
+        # The same steps as _call's context managers, spelled out: they cost
+        # a tenth of a fast statement.
         try:
-            with self._pool.connection() as conn, \
-                    watchdog().guard(conn.fileno(), self.call_timeout) as fired:
-                try:
-                    return statement.run(conn, params)
-                except psycopg.OperationalError as exc:
-                    if fired():
-                        raise StoreUnavailable(
-                            f"PostgreSQL did not answer within {self.call_timeout:g} s",
-                            url=self.url) from exc
-                    raise
+            conn = self._pool.take()
+            dog = watchdog()
+            call = dog.start(conn.fileno(), self.call_timeout)
+            try:
+                result = statement.run(conn, params)
+            except BaseException as exc:
+                fired = dog.stop(call)
+                self._pool.discard(conn)  # we do not know what state it was left in
+                if fired and isinstance(exc, psycopg.OperationalError):
+                    raise StoreUnavailable(
+                        f"PostgreSQL did not answer within {self.call_timeout:g} s",
+                        url=self.url) from exc
+                raise
+            dog.stop(call)
+            self._pool.give(conn)
+            return result
         except psycopg.errors.QueryCanceled as exc:
             raise self._unavailable(
                 f"PostgreSQL statement_timeout ({self.statement_timeout:g} s) hit", exc) from None
