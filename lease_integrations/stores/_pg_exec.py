@@ -4,7 +4,8 @@ Why not ``conn.execute``: psycopg's cursor layer (query conversion, parameter
 adapters, loaders and row makers set up per result) cost the client about
 45 µs per call, as much as the server's whole one-row UPDATE. Acquire, renew
 and release send a few short text parameters and read a few text fields, so
-they call libpq directly: a named statement, prepared once per connection,
+they call libpq directly (text parameters in UTF-8, the client encoding
+the store's connections set): a named statement, prepared once per connection,
 run with ``PQexecPrepared`` (psycopg releases the GIL for it, so the
 watchdog thread can still cut a call that overruns). Errors become psycopg's
 own exceptions, so the store maps them exactly as it maps every other call.
@@ -42,6 +43,9 @@ class Statement:
         """Run on ``conn`` (an idle autocommit connection) and return the
         ``PGresult``, its fields in binary; raise psycopg's exception for an
         error."""
+        for param in params:
+            if b"\x00" in param:  # libpq would cut the text there; psycopg refuses it
+                raise psycopg.DataError("PostgreSQL text fields cannot contain NUL (0x00) bytes")
         pgconn = conn.pgconn
         names = _prepared.get(conn)
         if names is None:

@@ -370,6 +370,7 @@ class PostgresStore(LeaseStore):
         try:
             params: dict[str, Any] = {
                 "application_name": "lease_integrations", **self._libpq,
+                "client_encoding": "UTF8",  # the hot statements send and read UTF-8
                 "connect_timeout": max(2, math.ceil(self.connect_timeout)),
                 "options": f"-c statement_timeout={int(self.statement_timeout * 1000)} "
                            "-c TimeZone=UTC",
