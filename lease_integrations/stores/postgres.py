@@ -1,10 +1,11 @@
 """PostgreSQL store (psycopg 3): one row per key, one statement per operation.
 
 Expiry is judged on the server's ``clock_timestamp()``. Acquire is a single
-``INSERT … ON CONFLICT … DO UPDATE … WHERE released-or-expired`` whose CTE
-also advances the token counter, writes the history event, trims the history
-and, when the lease is busy, returns the current row: one round trip whether
-granted or busy.
+``UPDATE … WHERE released-or-expired`` whose CTEs also advance the token
+counter and write the history event and which, when the lease is busy,
+returns the current row: one round trip whether granted or busy. A key's
+first acquire (no row yet) runs the ``INSERT … ON CONFLICT`` form after it.
+Acquire, renew and release run prepared at the libpq level (``_pg_exec``).
 
 Tokens: ``max(last + 1, clock_timestamp() in microseconds)``, where ``last``
 is kept in a counter table (``<table>_tokens``) apart from the lease row, so
@@ -16,8 +17,9 @@ made is migrated on connect (secret column, counters carried over).
 Release and break notify waiters (``pg_notify``) in the same statement.
 
 Round trips (one statement each, counted on the client): acquire 1, granted
-or busy (a busy row read from a snapshot older than a writer the statement
-waited for costs one more read: rare), renew 1, release 1, get 1, break 1.
+or busy (a key's first acquire, or a busy row read from a snapshot older
+than a writer the statement waited for, costs one more: rare), renew 1,
+release 1, get 1, break 1.
 Every call is bounded twice: ``statement_timeout`` on the server and a
 client-side watchdog (see ``_pg_pool``) for a server that cannot answer.
 """

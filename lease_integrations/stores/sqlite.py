@@ -12,7 +12,12 @@ The token counter lives in its own table (``lease_tokens``), apart from the
 lease row, so an operator's ``DELETE FROM leases WHERE key = ...`` never
 restarts a key's tokens. The owner secret is a column of the lease row that
 no read selects. A database made by an older version (no ``secret`` column,
-no counter table) is migrated on connect, its counters carried over.
+no counter table, a history table with AUTOINCREMENT) is migrated on
+connect, its counters and events carried over.
+
+An acquire is one write transaction of four statements (the lease upsert,
+the counter, the event, commit after ``BEGIN IMMEDIATE``) that appends four
+pages to the WAL; a release, two statements and three pages.
 """
 
 from __future__ import annotations
