@@ -15,9 +15,9 @@ no read selects. A database made by an older version (no ``secret`` column,
 no counter table, a history table with AUTOINCREMENT) is migrated on
 connect, its counters and events carried over.
 
-An acquire is one write transaction of four statements (the lease upsert,
-the counter, the event, commit after ``BEGIN IMMEDIATE``) that appends four
-pages to the WAL; a release, two statements and three pages.
+An acquire is one write transaction (``BEGIN IMMEDIATE``, the lease upsert,
+the counter, the event, ``COMMIT``) that appends four pages to the WAL; a
+release writes the event and the row: three pages.
 """
 
 from __future__ import annotations
