@@ -25,6 +25,14 @@ from typing import Any
 _INHERITED: list[Any] = []
 
 
+#: The longest the watchdog sleeps while calls run. A call's deadline is
+#: further away than this (statement_timeout + 1 s), so a call that starts
+#: while the thread keeps time need not wake it: waking it on every call cost
+#: a thread switch per statement, a tenth of a fast acquire. Only the first
+#: call after an idle spell (a whole IDLE_WAKE without a call) wakes it.
+IDLE_WAKE = 0.5
+
+
 class Watchdog:
     """One thread per process: shuts down the socket of a call that overran."""
 
@@ -35,43 +43,65 @@ class Watchdog:
         self._fired: set[int] = set()
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
+        self._wake_at = 0.0  # when the thread wakes next on its own
+        self._started = 0  # calls guarded so far
 
     @contextmanager
     def guard(self, fileno: int, timeout: float) -> Iterator[Callable[[], bool]]:
         """Bound the block to ``timeout`` seconds; yields ``fired()``, true
         when the watchdog cut the connection."""
+        call = self.start(fileno, timeout)
+        try:
+            yield lambda: call in self._fired
+        finally:
+            self.stop(call)
+
+    def start(self, fileno: int, timeout: float) -> int:
+        """``guard`` without the context manager, for the hot calls: returns
+        the call's id for ``stop``."""
         call = next(self._ids)
         deadline = time.monotonic() + timeout
         with self._cond:
             self._calls[call] = (deadline, fileno)
-            earliest = self._heap[0][0] if self._heap else float("inf")
             heapq.heappush(self._heap, (deadline, call))
+            self._started += 1
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="lease-pg-watchdog",
                                                 daemon=True)
                 self._thread.start()
-            if deadline < earliest:
+            if deadline < self._wake_at:
                 self._cond.notify()  # wake the watchdog only when it must wake sooner
-        try:
-            yield lambda: call in self._fired
-        finally:
-            with self._cond:  # after this, the watchdog can no longer touch the socket
-                self._calls.pop(call, None)
+        return call
+
+    def stop(self, call: int) -> bool:
+        """End the call's bound; true when the watchdog had cut it. After
+        this, the watchdog can no longer touch the socket."""
+        with self._cond:
+            self._calls.pop(call, None)
+            if call in self._fired:
                 self._fired.discard(call)
+                return True
+            return False
 
     def _run(self) -> None:
+        seen = -1
         with self._cond:
             while True:
                 while self._heap and self._heap[0][1] not in self._calls:
                     heapq.heappop(self._heap)
+                now = time.monotonic()
                 if not self._heap:
-                    self._cond.wait()
-                    continue
-                deadline, call = self._heap[0]
-                delay = deadline - time.monotonic()
+                    if self._started == seen:  # no call for a whole spell: sleep
+                        self._wake_at = float("inf")  # until a call wakes the thread
+                        self._cond.wait()
+                        continue
+                    seen = self._started
+                delay = min(self._heap[0][0] - now if self._heap else IDLE_WAKE, IDLE_WAKE)
                 if delay > 0:
+                    self._wake_at = now + delay
                     self._cond.wait(delay)
                     continue
+                _, call = self._heap[0]
                 heapq.heappop(self._heap)
                 _, fileno = self._calls.pop(call)
                 self._fired.add(call)
@@ -146,11 +176,24 @@ class Pool:
         except BaseException:
             _close(conn)  # we do not know what state a failed call left it in
             raise
+        self.give(conn)
+
+    def take(self) -> Any:
+        """A connection for one call, without the context manager (the hot
+        calls): hand it back with ``give`` after a success, ``discard`` it
+        after a failure."""
+        return self._take()
+
+    def give(self, conn: Any) -> None:
         with self._lock:
             if len(self._idle) < self._max_idle and self._pid == os.getpid() \
                     and not conn.broken:
                 self._idle.append(conn)
                 return
+        _close(conn)
+
+    @staticmethod
+    def discard(conn: Any) -> None:
         _close(conn)
 
     def close(self) -> None:

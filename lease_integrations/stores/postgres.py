@@ -1,10 +1,11 @@
 """PostgreSQL store (psycopg 3): one row per key, one statement per operation.
 
 Expiry is judged on the server's ``clock_timestamp()``. Acquire is a single
-``INSERT … ON CONFLICT … DO UPDATE … WHERE released-or-expired`` whose CTE
-also advances the token counter, writes the history event, trims the history
-and, when the lease is busy, returns the current row: one round trip whether
-granted or busy.
+``UPDATE … WHERE released-or-expired`` whose CTEs also advance the token
+counter and write the history event and which, when the lease is busy,
+returns the current row: one round trip whether granted or busy. A key's
+first acquire (no row yet) runs the ``INSERT … ON CONFLICT`` form after it.
+Acquire, renew and release run prepared at the libpq level (``_pg_exec``).
 
 Tokens: ``max(last + 1, clock_timestamp() in microseconds)``, where ``last``
 is kept in a counter table (``<table>_tokens``) apart from the lease row, so
@@ -16,8 +17,9 @@ made is migrated on connect (secret column, counters carried over).
 Release and break notify waiters (``pg_notify``) in the same statement.
 
 Round trips (one statement each, counted on the client): acquire 1, granted
-or busy (a busy row read from a snapshot older than a writer the statement
-waited for costs one more read: rare), renew 1, release 1, get 1, break 1.
+or busy (a key's first acquire, or a busy row read from a snapshot older
+than a writer the statement waited for, costs one more: rare), renew 1,
+release 1, get 1, break 1.
 Every call is bounded twice: ``statement_timeout`` on the server and a
 client-side watchdog (see ``_pg_pool``) for a server that cannot answer.
 """
@@ -27,10 +29,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import Any
 from urllib.parse import urlunsplit
@@ -51,6 +55,7 @@ from ..core.store import (
     RenewItem,
     readable_records,
 )
+from ._pg_exec import Statement
 from ._pg_listener import Listener
 from ._pg_pool import Pool, watchdog
 
@@ -96,54 +101,89 @@ COLUMNS = "key, holder, token, acquired_at, renewed_at, expires_at, meta"
 
 # Keeps the newest HISTORY_LIMIT events of a key: the statement's snapshot does
 # not see the event it inserts, so it keeps one fewer of the older ones.
-# Acquire trims only on every 16th grant of a key (release and break never):
-# trimming on every write walked the index's dead rows and cost ~17 % of an
-# acquire; a token adds at most three events, so the rows stay bounded, and
-# reads return at most HISTORY_LIMIT.
 TRIM = """DELETE FROM {e} WHERE key = %(key)s AND EXISTS (SELECT 1 FROM {changed})
     AND id <= (SELECT id FROM {e} WHERE key = %(key)s ORDER BY id DESC
                OFFSET %(keep)s LIMIT 1)"""
 
-# Granted: the upsert's row. Busy: the upsert returns nothing and the second
-# branch returns the current row, read in the same statement. The next token
-# is floored by the counter table and the server's clock (microseconds), and
-# never below the row's own token (the row lock makes that one exact).
-ACQUIRE = f"""
-WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
-nxt AS MATERIALIZED (
-    SELECT now.t, GREATEST(COALESCE((SELECT token FROM {{c}} WHERE key = %(key)s), 0) + 1,
-                           (extract(epoch FROM now.t) * 1000000)::bigint) AS token FROM now
-),
+# Acquire, in one statement, for a key whose row exists (every key after its
+# first grant). The server spends most of a short statement setting up its
+# plan (a node per CTE, subquery and expression), so the statement holds only
+# what every acquire needs: take a released or expired row, bump the counter,
+# write the event; busy: the current row from the statement's snapshot (one
+# join of the snapshot's row with the update's: a second branch for the busy
+# row cost an eighth of the statement to set up). The
+# next token is floored by the row's own token, the counter table and the
+# server's clock (microseconds), so neither a deleted row nor a lost counter
+# brings a token back. Results come in binary (no timestamp formatting on the
+# server, no parsing on the client): granted, token, now, expires_at, then
+# for busy holder, acquired_at, renewed_at, meta. No row at all: ACQUIRE_NEW.
+ACQUIRE = """
+WITH n AS (SELECT clock_timestamp() AS t),
 up AS (
-    INSERT INTO {{t}} AS l (key, holder, secret, token, acquired_at, renewed_at, expires_at, meta)
-    SELECT %(key)s, %(holder)s, %(secret)s, nxt.token, nxt.t, nxt.t,
-           nxt.t + make_interval(secs => %(ttl)s), %(meta)s FROM nxt
+    UPDATE {t} l SET holder = $2, secret = $3,
+        token = GREATEST(l.token + 1, (SELECT c.token + 1 FROM {c} c WHERE c.key = $1),
+                         (extract(epoch FROM n.t) * 1000000)::bigint),
+        acquired_at = n.t, renewed_at = n.t, expires_at = n.t + make_interval(secs => $4::float8),
+        meta = $5::jsonb
+    FROM n WHERE l.key = $1 AND (l.holder IS NULL OR l.expires_at <= n.t)
+    RETURNING l.key, l.token, n.t, l.expires_at
+),
+ctr AS (
+    INSERT INTO {c} AS c (key, token) SELECT key, token FROM up
+    ON CONFLICT (key) DO UPDATE SET token = GREATEST(c.token, excluded.token)
+),
+ev AS (
+    INSERT INTO {e} (key, kind, token, holder, at, detail)
+    SELECT key, 'acquired', token, $2, t, $6::jsonb FROM up
+){trim}
+SELECT up.token IS NOT NULL, coalesce(up.token, l.token), n.t,
+       coalesce(up.expires_at, l.expires_at), l.holder, l.acquired_at, l.renewed_at, l.meta
+FROM n CROSS JOIN {t} l LEFT JOIN up ON true WHERE l.key = $1
+"""
+# One acquire in TRIM_EVERY (chosen at random, so every key's history is
+# trimmed however its acquires spread over processes) also trims the key's
+# history: trimming on every acquire cost as much as the event insert, and
+# reads return at most HISTORY_LIMIT events anyway.
+TRIM_EVERY = 16
+ACQUIRE_TRIM = f""",
+trim AS (
+    DELETE FROM {{e}} WHERE key = $1 AND EXISTS (SELECT 1 FROM up)
+    AND id <= (SELECT id FROM {{e}} WHERE key = $1 ORDER BY id DESC
+               OFFSET {HISTORY_LIMIT - 1} LIMIT 1)
+)"""
+# The first acquire of a key (or after an operator deleted its row): the
+# upsert, floored like ACQUIRE by the counter and the clock; a row made
+# meanwhile by a racing acquire is taken only if it is already free.
+ACQUIRE_NEW = """
+WITH n AS (SELECT clock_timestamp() AS t),
+up AS (
+    INSERT INTO {t} AS l (key, holder, secret, token, acquired_at, renewed_at, expires_at, meta)
+    SELECT $1, $2, $3, GREATEST(COALESCE((SELECT token FROM {c} WHERE key = $1), 0) + 1,
+                                (extract(epoch FROM n.t) * 1000000)::bigint),
+           n.t, n.t, n.t + make_interval(secs => $4::float8), $5::jsonb FROM n
     ON CONFLICT (key) DO UPDATE SET
         holder = excluded.holder, secret = excluded.secret,
         token = GREATEST(l.token + 1, excluded.token), acquired_at = excluded.acquired_at,
         renewed_at = excluded.renewed_at, expires_at = excluded.expires_at, meta = excluded.meta
     WHERE l.holder IS NULL OR l.expires_at <= excluded.acquired_at
-    RETURNING {COLUMNS}
+    RETURNING l.key, l.token, l.acquired_at AS t, l.expires_at
 ),
 ctr AS (
-    INSERT INTO {{c}} AS c (key, token) SELECT key, token FROM up
+    INSERT INTO {c} AS c (key, token) SELECT key, token FROM up
     ON CONFLICT (key) DO UPDATE SET token = GREATEST(c.token, excluded.token)
 ),
 ev AS (
-    INSERT INTO {{e}} (key, kind, token, holder, at, detail)
-    SELECT key, 'acquired', token, holder, acquired_at, jsonb_build_object('meta', meta) FROM up
-),
-trim AS ({TRIM.format(e="{e}", changed="up WHERE up.token %% 16 = 0")})
-SELECT true, {COLUMNS}, acquired_at FROM up
-UNION ALL
-SELECT false, {COLUMNS}, now.t FROM {{t}}, now
-WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM up)
+    INSERT INTO {e} (key, kind, token, holder, at, detail)
+    SELECT key, 'acquired', token, $2, t, $6::jsonb FROM up
+)
+SELECT true, token, t, expires_at, NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::jsonb
+FROM up
 """
 
 RENEW = """
-UPDATE {t} SET renewed_at = c.now, expires_at = c.now + make_interval(secs => %(ttl)s)
+UPDATE {t} SET renewed_at = c.now, expires_at = c.now + make_interval(secs => $4::float8)
 FROM (SELECT clock_timestamp() AS now) c
-WHERE key = %(key)s AND secret = %(secret)s AND holder IS NOT NULL AND token = %(token)s
+WHERE key = $1 AND secret = $2 AND holder IS NOT NULL AND token = $3::bigint
   AND expires_at > c.now
 """
 
@@ -159,20 +199,21 @@ WHERE l.key = b.key AND l.secret = b.secret AND l.holder IS NOT NULL AND l.token
 RETURNING b.i
 """
 
-# The event names the public holder, read from the row the secret matched.
+# The event names the public holder as the statement's snapshot shows it: the
+# row the secret matched (only that secret's own calls change the row between
+# the snapshot and the update, and they never change the holder).
 RELEASE = """
 WITH r AS (
-    UPDATE {t} l SET holder = NULL, secret = NULL
-    FROM (SELECT key, holder FROM {t} WHERE key = %(key)s AND secret = %(secret)s
-          AND holder IS NOT NULL AND token = %(token)s FOR UPDATE) old
-    WHERE l.key = old.key
-    RETURNING old.key, old.holder, l.token
+    UPDATE {t} SET holder = NULL, secret = NULL
+    WHERE key = $1 AND secret = $2 AND holder IS NOT NULL AND token = $3::bigint
+    RETURNING key, token
 ),
 ev AS (
     INSERT INTO {e} (key, kind, token, holder, at, detail)
-    SELECT key, 'released', token, holder, clock_timestamp(), '{{}}' FROM r
+    SELECT r.key, 'released', r.token, o.holder, clock_timestamp(), '{{}}'
+    FROM r JOIN {t} o ON o.key = r.key
 )
-SELECT token, pg_notify(%(channel)s, key)::text FROM r
+SELECT pg_notify({channel}, key) FROM r
 """
 
 BREAK = f"""
@@ -211,6 +252,29 @@ def _record(row: tuple[Any, ...]) -> LeaseRecord:
     key, holder, token, acquired, renewed, expires, meta, now = row
     return LeaseRecord(key, holder, int(token), acquired, renewed, expires, now,
                        parse_field(key, "meta", meta_from_json, meta))
+
+
+# Binary results of the hot statements: timestamptz is microseconds since
+# 2000-01-01 UTC, bigint a big-endian integer, jsonb a version byte and text.
+PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+
+
+def _int(value: bytes | None) -> int:
+    if value is None:  # the columns are NOT NULL
+        raise ValueError("NULL")
+    return int.from_bytes(value, "big", signed=True)
+
+
+def _time(value: bytes | None) -> datetime:
+    return PG_EPOCH + timedelta(microseconds=_int(value))
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode()
+
+
+def _jsonb_meta(value: bytes | None) -> dict[str, Any]:
+    return meta_from_json(None if value is None else value[1:])
 
 
 def _jsonb(value: Mapping[str, Any]) -> Jsonb:
@@ -289,13 +353,18 @@ class PostgresStore(LeaseStore):
         names = {"t": sql.Identifier(self.table), "e": sql.Identifier(f"{self.table}_events"),
                  "ei": sql.Identifier(f"{self.table}_events_by_key"),
                  "c": sql.Identifier(f"{self.table}_tokens")}
-        queries = {"schema": SCHEMA, "acquire": ACQUIRE, "renew": RENEW,
-                   "renew_many": RENEW_MANY, "release": RELEASE,
-                   "break": BREAK, "add_event": ADD_EVENT, "get": GET, "list": LIST,
-                   "history": HISTORY}
+        queries = {"schema": SCHEMA, "renew_many": RENEW_MANY, "break": BREAK,
+                   "add_event": ADD_EVENT, "get": GET, "list": LIST, "history": HISTORY}
         out = {name: sql.SQL(text).format(**names).as_string(None)  # type: ignore[arg-type]
                for name, text in queries.items()}
         out["listen"] = sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)).as_string(None)
+        # The hot statements, run prepared at the libpq level (``_pg_exec``).
+        hot = {**names, "trim": sql.SQL(""), "channel": sql.Literal(self.channel)}
+        trim = {**hot, "trim": sql.SQL(ACQUIRE_TRIM).format(**names)}
+        self._acquire, self._acquire_trim, self._acquire_new, self._renew, self._release = (
+            Statement(sql.SQL(text).format(**fill).as_string(None))  # type: ignore[arg-type]
+            for text, fill in ((ACQUIRE, hot), (ACQUIRE, trim), (ACQUIRE_NEW, hot),
+                               (RENEW, hot), (RELEASE, hot)))
         return out
 
     # -- connections -------------------------------------------------------------
@@ -303,6 +372,7 @@ class PostgresStore(LeaseStore):
         try:
             params: dict[str, Any] = {
                 "application_name": "lease_integrations", **self._libpq,
+                "client_encoding": "UTF8",  # the hot statements send and read UTF-8
                 "connect_timeout": max(2, math.ceil(self.connect_timeout)),
                 "options": f"-c statement_timeout={int(self.statement_timeout * 1000)} "
                            "-c TimeZone=UTC",
@@ -318,6 +388,34 @@ class PostgresStore(LeaseStore):
         if "password authentication failed" in detail:
             detail += "; check the user and password in the store URL"
         return StoreUnavailable(f"{what}: {detail}", url=self.url)
+
+    def _exec(self, statement: Statement, params: Sequence[bytes]) -> Any:
+        """One hot statement (``_pg_exec``) on a pooled connection, bounded
+        and mapped to ``StoreUnavailable`` exactly as ``_call`` does."""
+        # The same steps as _call's context managers, spelled out: they cost
+        # a tenth of a fast statement.
+        try:
+            conn = self._pool.take()
+            dog = watchdog()
+            call = dog.start(conn.fileno(), self.call_timeout)
+            try:
+                result = statement.run(conn, params)
+            except BaseException as exc:
+                fired = dog.stop(call)
+                self._pool.discard(conn)  # we do not know what state it was left in
+                if fired and isinstance(exc, psycopg.OperationalError):
+                    raise StoreUnavailable(
+                        f"PostgreSQL did not answer within {self.call_timeout:g} s",
+                        url=self.url) from exc
+                raise
+            dog.stop(call)
+            self._pool.give(conn)
+            return result
+        except psycopg.errors.QueryCanceled as exc:
+            raise self._unavailable(
+                f"PostgreSQL statement_timeout ({self.statement_timeout:g} s) hit", exc) from None
+        except psycopg.Error as exc:
+            raise self._unavailable("PostgreSQL error", exc) from None
 
     def _run(self, name: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         return self._call(name, params)[0]
@@ -383,28 +481,38 @@ class PostgresStore(LeaseStore):
 
     # -- protocol ---------------------------------------------------------------------
     def acquire(self, key: str, holder: str, secret: str, ttl: float,
-                meta: Mapping[str, Any]) -> AcquireResult:
+                 meta: Mapping[str, Any]) -> AcquireResult:
         if len(self._busy_since) > 10_000:  # only recent attempts matter to a waiter
             self._busy_since.clear()
         self._busy_since[(threading.get_ident(), key)] = self._busy_since[(None, key)] = \
             time.monotonic()
-        rows = self._run("acquire", {"key": key, "holder": holder, "secret": secret,
-                                     "ttl": float(ttl),
-                                     "meta": _jsonb(meta), "keep": HISTORY_LIMIT - 1})
-        if rows and rows[0][0]:
+        meta_json = json.dumps(dict(meta), default=str).encode()
+        params = (key.encode(), holder.encode(), secret.encode(), repr(float(ttl)).encode(),
+                  meta_json, b'{"meta": ' + meta_json + b"}")
+        res = self._exec(self._acquire_trim if random.random() < 1 / TRIM_EVERY
+                         else self._acquire, params)
+        if res.ntuples == 0:  # no row in the statement's snapshot: a new key
+            res = self._exec(self._acquire_new, params)
+        v = res.get_value
+        if res.ntuples and v(0, 0) == b"\x01":
             self._busy_since.pop((threading.get_ident(), key), None)
-            return AcquireResult(True, _record(rows[0][1:]))
-        record = _record(rows[0][1:]) if rows else None
+            now = _time(v(0, 2))
+            return AcquireResult(True, LeaseRecord(
+                key, holder, _int(v(0, 1)), now, now, _time(v(0, 3)), now,
+                json.loads(meta_json)))
+        record = None if res.ntuples == 0 else LeaseRecord(
+            key, _text(v(0, 4)), _int(v(0, 1)), _time(v(0, 5)), _time(v(0, 6)), _time(v(0, 3)),
+            _time(v(0, 2)), parse_field(key, "meta", _jsonb_meta, v(0, 7)))
         if record is None or not record.held:
-            # The statement's snapshot predates a writer it waited for (rare):
+            # The snapshot predates a writer the statement waited for (rare):
             # read the row as it is now.
             record = self.get(key)
         return AcquireResult(False, record)
 
     def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
-        _, count = self._call("renew", {"key": key, "secret": secret, "token": token,
-                                        "ttl": float(ttl)})
-        return count == 1
+        res = self._exec(self._renew, (key.encode(), secret.encode(), str(int(token)).encode(),
+                                       repr(float(ttl)).encode()))
+        return bool(res.command_tuples == 1)
 
     batch_renewals = True
 
@@ -420,9 +528,8 @@ class PostgresStore(LeaseStore):
         return [n in done for n in range(1, len(items) + 1)]
 
     def release(self, key: str, secret: str, token: int) -> bool:
-        rows = self._run("release", {"key": key, "secret": secret, "token": token,
-                                     "channel": self.channel, "keep": HISTORY_LIMIT - 1})
-        return len(rows) == 1
+        res = self._exec(self._release, (key.encode(), secret.encode(), str(int(token)).encode()))
+        return bool(res.ntuples == 1)
 
     def get(self, key: str) -> LeaseRecord | None:
         rows = self._run("get", {"key": key})

@@ -12,7 +12,12 @@ The token counter lives in its own table (``lease_tokens``), apart from the
 lease row, so an operator's ``DELETE FROM leases WHERE key = ...`` never
 restarts a key's tokens. The owner secret is a column of the lease row that
 no read selects. A database made by an older version (no ``secret`` column,
-no counter table) is migrated on connect, its counters carried over.
+no counter table, a history table with AUTOINCREMENT) is migrated on
+connect, its counters and events carried over.
+
+An acquire is one write transaction (``BEGIN IMMEDIATE``, the lease upsert,
+the counter, the event, ``COMMIT``) that appends four pages to the WAL; a
+release writes the event and the row: three pages.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ CREATE TABLE IF NOT EXISTS leases (
     meta        TEXT NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS lease_events (
-    id     INTEGER PRIMARY KEY AUTOINCREMENT,
+    id     INTEGER PRIMARY KEY,
     key    TEXT NOT NULL,
     kind   TEXT NOT NULL,
     token  INTEGER NOT NULL,
@@ -76,34 +81,57 @@ MIGRATE = [
     """INSERT INTO lease_tokens (key, token) SELECT key, token FROM leases WHERE true
        ON CONFLICT (key) DO UPDATE SET token = max(lease_tokens.token, excluded.token)""",
 ]
+#: The history table without AUTOINCREMENT: that kept a row in sqlite_sequence
+#: that every event rewrote, one more page in every write transaction's WAL
+#: (a page costs about 8 % of a one-row write). A new event's id is still
+#: above every id in the table, so a key's events keep their order. Versions
+#: that made the old table insert into this one unchanged.
+REBUILD_EVENTS = [
+    "ALTER TABLE lease_events RENAME TO lease_events_old",
+    "DROP INDEX IF EXISTS lease_events_by_key",
+    SCHEMA.split(";")[1],
+    "INSERT INTO lease_events SELECT id, key, kind, token, holder, at, detail FROM lease_events_old",
+    "DROP TABLE lease_events_old",
+    "DELETE FROM sqlite_sequence WHERE name IN ('lease_events', 'lease_events_old')",
+    SCHEMA.split(";")[2],
+]
 
 # The next token comes from the counter table (and never below the row's own
 # token, for a row written before the counter existed); the caller then
-# writes the granted token back to the counter in the same transaction.
+# writes the granted token back to the counter and the event, in the same
+# transaction. Granted: the token and the times (the caller knows the rest);
+# busy: nothing (the caller reads the row).
 ACQUIRE = f"""
 INSERT INTO leases (key, holder, secret, token, acquired_at, renewed_at, expires_at, meta)
-VALUES (:key, :holder, :secret,
-        coalesce((SELECT token FROM lease_tokens WHERE key = :key), 0) + 1,
-        {NOW}, {NOW}, {NOW} + :ttl, :meta)
+VALUES (?1, ?2, ?3, coalesce((SELECT token FROM lease_tokens WHERE key = ?1), 0) + 1,
+        {NOW}, {NOW}, {NOW} + ?4, ?5)
 ON CONFLICT (key) DO UPDATE SET
     holder = excluded.holder, secret = excluded.secret,
     token = max(leases.token + 1, excluded.token),
     acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at,
     expires_at = excluded.expires_at, meta = excluded.meta
 WHERE leases.holder IS NULL OR leases.expires_at <= excluded.acquired_at
-RETURNING key, holder, token, acquired_at, renewed_at, expires_at, meta, {NOW}
+RETURNING token, acquired_at, expires_at
 """
-COUNT = """INSERT INTO lease_tokens (key, token) VALUES (:key, :token)
+COUNT = """INSERT INTO lease_tokens (key, token) VALUES (?, ?)
            ON CONFLICT (key) DO UPDATE SET token = max(lease_tokens.token, excluded.token)"""
+ACQUIRED = "INSERT INTO lease_events (key, kind, token, holder, at, detail) " \
+           "VALUES (?, 'acquired', ?, ?, ?, ?)"
 RENEW = f"""
 UPDATE leases SET renewed_at = {NOW}, expires_at = {NOW} + :ttl
 WHERE key = :key AND secret = :secret AND holder IS NOT NULL AND token = :token
   AND expires_at > {NOW}
 """
-OWNED = """SELECT holder FROM leases
-WHERE key = :key AND secret = :secret AND holder IS NOT NULL AND token = :token"""
-RELEASE = "UPDATE leases SET holder = NULL, secret = NULL WHERE key = :key"
-BREAK = "UPDATE leases SET holder = NULL, secret = NULL WHERE key = :key"
+# Release: the event is written first, from the row the secret matches (so
+# it names the public holder, and its row count says whether the caller owns
+# the lease), then the row is released: two statements, not a read and two.
+RELEASED = f"""
+INSERT INTO lease_events (key, kind, token, holder, at, detail)
+SELECT key, 'released', token, holder, {NOW}, '{{}}' FROM leases
+WHERE key = ? AND secret = ? AND holder IS NOT NULL AND token = ?
+"""
+RELEASE = "UPDATE leases SET holder = NULL, secret = NULL WHERE key = ?"
+BREAK = "UPDATE leases SET holder = NULL, secret = NULL WHERE key = ?"
 SELECT = f"SELECT key, holder, token, acquired_at, renewed_at, expires_at, meta, {NOW} FROM leases"
 ADD_EVENT = f"""
 INSERT INTO lease_events (key, kind, token, holder, at, detail)
@@ -231,9 +259,9 @@ class SqliteStore(LeaseStore):
         """True when every table and column exists: connect then takes no
         write lock (another process may hold it for a while)."""
         columns = {row[1] for row in conn.execute("PRAGMA table_info(leases)")}
-        tables = {row[0] for row in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table'")}
-        return "secret" in columns and {"lease_events", "lease_tokens"} <= tables
+        tables = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
+        return "secret" in columns and "lease_tokens" in tables \
+            and "AUTOINCREMENT" not in (tables.get("lease_events") or "AUTOINCREMENT").upper()
 
     @staticmethod
     def _ensure_schema(conn: sqlite3.Connection) -> None:
@@ -244,6 +272,11 @@ class SqliteStore(LeaseStore):
         old = {row[1] for row in conn.execute("PRAGMA table_info(leases)")}
         had_counters = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
                                     "AND name = 'lease_tokens'").fetchone() is not None
+        events = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' "
+                              "AND name = 'lease_events'").fetchone()
+        if events is not None and "AUTOINCREMENT" in events[0].upper():
+            for statement in REBUILD_EVENTS:
+                conn.execute(statement)
         for statement in SCHEMA.split(";"):
             if statement.strip():
                 conn.execute(statement)
@@ -264,16 +297,19 @@ class SqliteStore(LeaseStore):
 
     # -- protocol ---------------------------------------------------------------
     def acquire(self, key: str, holder: str, secret: str, ttl: float,
-                meta: Mapping[str, Any]) -> AcquireResult:
+                 meta: Mapping[str, Any]) -> AcquireResult:
         meta_json = json.dumps(dict(meta), default=str)
         with self._transaction() as conn:
-            row = conn.execute(ACQUIRE, {"key": key, "holder": holder, "secret": secret,
-                                         "ttl": ttl, "meta": meta_json}).fetchone()
+            row = conn.execute(ACQUIRE, (key, holder, secret, ttl, meta_json)).fetchone()
             if row is not None:
-                record = _record(row)
-                conn.execute(COUNT, {"key": key, "token": record.token})
-                self._add_event(conn, key, "acquired", record.token, holder, {"meta": record.meta})
-                return AcquireResult(True, record)
+                token, acquired, expires = row
+                conn.execute(COUNT, (key, token))
+                conn.execute(ACQUIRED, (key, token, holder, acquired, '{"meta": ' + meta_json + "}"))
+                if token % TRIM_EVERY == 0:
+                    conn.execute(TRIM_EVENTS, {"key": key, "keep": HISTORY_LIMIT})
+                now = _dt(acquired)
+                return AcquireResult(True, LeaseRecord(key, holder, token, now, now, _dt(expires),
+                                                       now, json.loads(meta_json)))
             # Busy: a row that cannot be parsed raises CorruptRecord here.
             current = conn.execute(SELECT + " WHERE key = ?", (key,)).fetchone()
             return AcquireResult(False, _record(current) if current else None)
@@ -297,11 +333,9 @@ class SqliteStore(LeaseStore):
 
     def release(self, key: str, secret: str, token: int) -> bool:
         with self._transaction() as conn:
-            owned = conn.execute(OWNED, {"key": key, "secret": secret, "token": token}).fetchone()
-            if owned is None:
+            if conn.execute(RELEASED, (key, secret, token)).rowcount != 1:
                 return False
-            conn.execute(RELEASE, {"key": key})
-            self._add_event(conn, key, "released", token, owned[0])
+            conn.execute(RELEASE, (key,))
             return True
 
     def get(self, key: str) -> LeaseRecord | None:
@@ -323,7 +357,7 @@ class SqliteStore(LeaseStore):
             if row is None:
                 return None
             before = _record(row)
-            conn.execute(BREAK, {"key": key})
+            conn.execute(BREAK, (key,))
             self._add_event(conn, key, "broken", before.token, before.holder, {"by": by})
             return before
 

@@ -110,13 +110,16 @@ def test_row_is_never_deleted_and_meta_is_jsonb(pg: LeaseStore, postgres_url: st
 
 
 def test_statement_timeout_bounds_a_call_blocked_by_a_lock(postgres_url: str, key: str) -> None:
+    # A busy acquire reads the held row without locking it; a renewal must
+    # lock the row, so a lock held elsewhere blocks it.
     with connect(postgres_url + "?statement_timeout=0.5") as store:
-        assert store.acquire(key, "alice", "alice", 30, {}).granted
+        token = store.acquire(key, "alice", "alice", 30, {}).record.token  # type: ignore[union-attr]
         with psycopg.connect(postgres_url) as blocker:
             blocker.execute("SELECT 1 FROM leases WHERE key = %s FOR UPDATE", (key,))
             with pytest.raises(StoreUnavailable, match="statement_timeout"):
-                store.acquire(key, "bob", "bob", 30, {})
-        assert not store.acquire(key, "bob", "bob", 30, {}).granted  # works again, still held
+                store.renew(key, "alice", token, 30)
+            assert not store.acquire(key, "bob", "bob", 30, {}).granted  # busy, not blocked
+        assert store.renew(key, "alice", token, 30)  # works again, still held
 
 
 def test_a_paused_server_cannot_hang_a_call(private_postgres: PgServer, key: str) -> None:
