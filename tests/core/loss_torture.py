@@ -10,7 +10,9 @@ store release. The store's answer to the break decides what is checked: when
 return normally. After every block: no lease of it still held in the store,
 none on the heartbeat, and unrelated work on the same thread runs to its end.
 
-    python -m tests.core.loss_torture URL --seed N --seconds S
+    python -m tests.core.loss_torture URL --seed N --blocks B --seconds S
+
+It stops after B blocks, or after S seconds on a host too slow to get there.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from lease_integrations.core.heartbeat import get_heartbeat
 from tests.core.loss_support import releasing, renewing
 
 MODES = ("none", "none", "first", "during", "end", "release")
+ENDINGS = ("returned", "lost-at-exit", "lost-interrupted-in-body")
 
 
 @dataclass
@@ -44,9 +47,10 @@ class Rec:
 
 
 class Torture:
-    def __init__(self, url: str, seed: int, seconds: float) -> None:
+    def __init__(self, url: str, seed: int, seconds: float, blocks: int) -> None:
         self.url, self.seed = url, seed
         self.until = time.monotonic() + seconds
+        self.blocks = blocks
         self.store = connect(url)
         self.releasing = releasing(self.store)
         self.counts: collections.Counter[str] = collections.Counter()
@@ -54,6 +58,13 @@ class Torture:
         self.mutex = threading.Lock()
 
     # -- bookkeeping -------------------------------------------------------------
+    def running(self) -> bool:
+        """Until enough blocks ended, so a loaded host runs as many (only
+        slower) as a quiet one; the time limit only bounds a crawling host."""
+        with self.mutex:
+            ended = sum(self.counts[k] for k in ENDINGS)
+        return ended < self.blocks and time.monotonic() < self.until
+
     def count(self, what: str) -> None:
         with self.mutex:
             self.counts[what] += 1
@@ -195,7 +206,7 @@ def sync_runner(t: Torture, index: int, where: str) -> None:
     breaker = connect(t.url)
     i = 0
     try:
-        while time.monotonic() < t.until:
+        while t.running():
             planner = Planner(t, breaker)
             try:
                 t.sync_iteration(rng, f"r{index}-{i}", breaker, planner)
@@ -240,7 +251,7 @@ def async_runner(t: Torture, index: int) -> None:
     async def task(n: int, breaker: LeaseStore) -> None:
         rng = random.Random(f"{t.seed}-{index}-{n}")
         i = 0
-        while time.monotonic() < t.until:
+        while t.running():
             planner = Planner(t, breaker)
             try:
                 await t.async_iteration(rng, f"a{index}-{n}-{i}", breaker, planner)
@@ -281,14 +292,15 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
     parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--blocks", type=int, default=1200)
     args = parser.parse_args()
     print(f"seed {args.seed} store {args.url.split(':')[0]}", flush=True)
     # A run that hangs prints every thread's stack every 20 s until the
     # parent's timeout kills it (successive dumps tell stuck from slow).
     faulthandler.enable()  # a crash prints every thread's stack too
     faulthandler.dump_traceback_later(args.seconds + 20, repeat=True)
-    t = Torture(args.url, args.seed, args.seconds)
+    t = Torture(args.url, args.seed, args.seconds, args.blocks)
     threads = [threading.Thread(target=sync_runner, args=(t, n, f"worker-{n}"), name=f"w{n}")
                for n in (1, 2)]
     threads.append(threading.Thread(target=async_runner, args=(t, 3), name="loop"))

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import store_url_for
+from tests.core.loss_torture import ENDINGS
 
 ROOT = Path(__file__).resolve().parents[2]
-SECONDS = 15.0
+BLOCKS = 1200  # per store; about 15 s on a quiet two-core host
+SECONDS = 60.0  # the bound on a crawling host (it then fails the count below)
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])
@@ -30,12 +32,11 @@ def test_loss_injection_torture(url: str) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]))
     child = subprocess.run(
         [sys.executable, "-m", "tests.core.loss_torture", url, "--seed", str(seed),
-         "--seconds", str(SECONDS)],
+         "--blocks", str(BLOCKS), "--seconds", str(SECONDS)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=SECONDS + 60,
     )
     print(child.stdout)
     assert child.returncode == 0, f"seed {seed}: exit {child.returncode}\n{child.stdout}" \
                                   f"\n{child.stderr[-3000:]}"
     counts = ast.literal_eval(child.stdout.split("counts ", 1)[1].splitlines()[0])
-    assert sum(v for k, v in counts.items() if k in ("returned", "lost-at-exit",
-                                                     "lost-interrupted-in-body")) >= 1000
+    assert sum(v for k, v in counts.items() if k in ENDINGS) >= BLOCKS
