@@ -152,6 +152,14 @@ def _perf_many(rows: list[dict[str, Any]], out: list[dict[str, Any]]) -> None:
                  r["cpu_pct"] <= 2.0)
 
 
+def _perf_cluster(rows: list[dict[str, Any]], out: list[dict[str, Any]]) -> None:
+    for r in rows:
+        if r.get("cpu_pct") is not None:
+            _row(out, f"{r['leases']:,} leases on one heartbeat, Redis Cluster, CPU",
+                 f"{r['cpu_pct']} % ({r.get('renewals_per_s')} renewals/s)", "<= 2 %",
+                 r["cpu_pct"] <= 2.0)
+
+
 def _perf_stores(cycles: dict[str, list[dict[str, Any]]], out: list[dict[str, Any]]) -> None:
     goals = {"postgres": ("PostgreSQL acquire vs a one-row UPDATE", 1.5),
              "sqlite": ("SQLite acquire vs a one-row write transaction", 1.3)}
@@ -178,6 +186,8 @@ def perf_table(results: dict[str, Any]) -> list[dict[str, Any]]:
         _perf_handover(results["handover"], out)
     if "many_keys" in results:
         _perf_many(results["many_keys"], out)
+    if "cluster_renewals" in results:
+        _perf_cluster(results["cluster_renewals"], out)
     if "store_cycle" in results:
         _perf_stores(results["store_cycle"], out)
     return out
