@@ -172,7 +172,8 @@ def _perf_stores(cycles: dict[str, list[dict[str, Any]]], out: list[dict[str, An
     if rows:
         r = _by_name(rows)[RAW]
         sends, acq = r.get("sends_per_cycle"), r.get("sends_acquire")
-        measured = "not counted" if sends is None else f"{acq} / {sends - acq} round trips"
+        measured = "not counted" if sends is None \
+            else f"{acq:g} / {round(sends - acq, 2):g} round trips"
         _row(out, "MongoDB acquire / release round trips", measured,
              "1 / 1, history atomic", None if sends is None else sends <= 2)
 

@@ -13,22 +13,15 @@ times 1000), so a lost document (a deleted one, a failover to a lagging
 secondary) resumes above every earlier grant. The owner secret is a field
 of the document that no read returns.
 
-Sends per operation: acquire granted 2 (the upsert, the history event; plus
-2 on every ``TRIM_EVERY``-th grant this store object makes), acquire busy 2 (the upsert that
-collides, the read), renew 1, release 2 (the update, the event), get 1.
-Write concern defaults to majority (the MongoDB-wire server accepts it).
+History is a capped array in the lease document, appended by the same
+update that changes the lease (see ``mongo_history``): atomic with it, and
+no extra send. Reads of records leave the array on the server.
 
-History lives in a second collection (``<collection>_events``), one small
-document per event, written right after the change it records. It first lived in
-the lease document as a capped array, written atomically in the same update,
-but on the MongoDB-wire test server every update of a document is paid by its
-size: with 100 events in it an acquire took ~60 ms instead of ~8 ms. A missed
-event (the process died between the two sends) only thins the audit trail;
-the lease itself is never affected. Old events are trimmed every
-``TRIM_EVERY``-th grant a store object makes (tokens follow the clock, so
-their value cannot pace it), so a key busy enough to matter keeps roughly
-``HISTORY_LIMIT + 3 * TRIM_EVERY`` events (a grant, its release or break, perhaps a loss) and
-``history()`` returns at most ``HISTORY_LIMIT``.
+Sends per operation: acquire granted 1, acquire busy 2 (the upsert that
+collides, the read), renew 1, release 1, force_release 1, record_event 1,
+get 1, history 1 (2 while a database made by an older version still has its
+``<collection>_events``). Write concern defaults to majority (the
+MongoDB-wire server accepts it).
 
 MongoDB has no notification a waiter could block on without change streams
 (which need a replica set), so ``notifies`` is False and waiters poll.
@@ -46,8 +39,7 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlunsplit
 
-from bson import ObjectId
-from pymongo import DESCENDING, MongoClient, ReturnDocument, common, uri_parser
+from pymongo import MongoClient, ReturnDocument, common, uri_parser
 from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 
 from ..core.config import mask_url, parse_url
@@ -61,6 +53,7 @@ from ..core.store import (
     RecordList,
     readable_records,
 )
+from . import mongo_history as hist
 
 log = logging.getLogger("lease_integrations")
 
@@ -68,9 +61,8 @@ COLLECTION_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,99}")
 #: Bounds so that no call hangs; a URL that sets its own wins.
 DEFAULT_TIMEOUTS_MS = {"serverSelectionTimeoutMS": 5000, "connectTimeoutMS": 5000,
                        "socketTimeoutMS": 5000}
-#: Trim a key's history on every TRIM_EVERY-th grant (two more sends).
-TRIM_EVERY = 10
-NEWEST_FIRST = [("at", DESCENDING), ("_id", DESCENDING)]
+#: Reads of records leave the history array on the server.
+NO_HISTORY = {hist.FIELD: 0}
 
 #: Clients a forked child inherited: never used nor closed there.
 _INHERITED: list[Any] = []
@@ -130,7 +122,7 @@ class MongoStore(LeaseStore):
         self.collection_name = collection
         self._options = dict(client_options or {})
         self._lock = threading.Lock()
-        self._grants = 0
+        self._legacy = False  # set by _prepare
         self._client: tuple[int, MongoClient[dict[str, Any]]] | None = None
         self._call(self._prepare)  # fail at connect, not mid-job
 
@@ -189,14 +181,19 @@ class MongoStore(LeaseStore):
             return self._client[1][self.database][self.collection_name]
 
     def _prepare(self, leases: Any) -> None:
-        """The index that serves history() and trimming; a user allowed to
-        read and write but not to create indexes still gets a working store."""
+        """Fail at connect, not mid-job; and note whether the database still
+        holds history in the old layout (``<collection>_events``), which
+        ``history()`` then reads too. A user allowed to read and write but
+        not to list collections reads it too (a query of a missing
+        collection finds nothing)."""
         try:
-            self._events(leases).create_index([("key", 1), ("at", -1), ("_id", -1)])
+            self._legacy = bool(leases.database.list_collection_names(
+                filter={"name": self._legacy_name()}))
         except OperationFailure as exc:
             if exc.code != 13:  # Unauthorized
                 raise
             leases.database.command("ping")
+            self._legacy = True
 
     def _call(self, op: Any) -> Any:
         try:
@@ -218,46 +215,13 @@ class MongoStore(LeaseStore):
         """Records with the server's time as ``observed_at``, in one round trip
         (the secret left on the server); unreadable ones reported apart."""
         pipeline = [{"$match": dict(match)}, {"$sort": {"_id": 1}},
-                    {"$set": {"observed_at": "$$NOW"}}, {"$project": {"secret": 0}}]
+                    {"$set": {"observed_at": "$$NOW"}},
+                    {"$project": {"secret": 0, hist.FIELD: 0}}]
         docs = self._call(lambda c: list(c.aggregate(pipeline)))
         return readable_records(docs, _record)
 
-    def _events(self, leases: Any) -> Any:
-        return leases.database[f"{self.collection_name}_events"]
-
-    def _add_event(self, key: str, kind: str, token: int, holder: str | None,
-                   detail: Mapping[str, Any], *, after_change: bool = True) -> None:
-        """One event document, stamped with the server's ``$$NOW`` (an upsert
-        of a fresh id, because a plain insert cannot read the server clock).
-
-        After a change that already happened (``after_change``), a failure
-        is logged, not raised: the caller holds or gave up the lease either way."""
-        plain = json.loads(json.dumps(dict(detail), default=str))
-        update = [{"$set": {"key": key, "kind": kind, "token": token,
-                            "holder": {"$literal": holder}, "at": "$$NOW",
-                            "detail": {"$literal": plain}}}]
-        try:
-            self._call(lambda c: self._events(c).update_one({"_id": ObjectId()}, update,
-                                                            upsert=True))
-        except StoreUnavailable as exc:
-            if not after_change:
-                raise
-            log.warning("could not record the %s event of lease %s: %s", kind, key, exc)
-
-    def _trim(self, key: str) -> None:
-        """Delete the key's events older than its newest HISTORY_LIMIT."""
-        def trim(leases: Any) -> None:
-            events = self._events(leases)
-            cut = list(events.find({"key": key}, {"at": 1}).sort(NEWEST_FIRST)
-                       .skip(HISTORY_LIMIT - 1).limit(1))
-            if cut:
-                at, oid = cut[0]["at"], cut[0]["_id"]
-                events.delete_many({"key": key, "$or": [{"at": {"$lt": at}},
-                                                        {"at": at, "_id": {"$lt": oid}}]})
-        try:
-            self._call(trim)
-        except StoreUnavailable as exc:
-            log.warning("could not trim the history of lease %s: %s", key, exc)
+    def _legacy_name(self) -> str:
+        return f"{self.collection_name}_events"
 
     # -- protocol -----------------------------------------------------------------
     def acquire(self, key: str, holder: str, secret: str, ttl: float,
@@ -268,22 +232,16 @@ class MongoStore(LeaseStore):
             "acquired_at": "$$NOW", "renewed_at": "$$NOW",
             "expires_at": {"$add": ["$$NOW", int(ttl * 1000)]},
             "meta": {"$literal": meta_doc},
-        }}]
+        }}, {"$set": {hist.FIELD: hist.append(  # reads the token just set
+            "acquired", hist.TOKEN_OF_DOC, hist.as_json(holder), {"meta": meta_doc})}}]
         try:
             doc = self._call(lambda c: c.find_one_and_update(
-                {"_id": key, "$expr": FREE}, update, upsert=True,
+                {"_id": key, "$expr": FREE}, update, projection=NO_HISTORY, upsert=True,
                 return_document=ReturnDocument.AFTER))
         except DuplicateKeyError:
             doc = None  # held: the upsert collided with the existing document
         if doc is not None and doc.get("secret") == secret:
-            record = _record(doc, doc["acquired_at"])
-            self._add_event(key, "acquired", record.token, holder, {"meta": meta_doc})
-            with self._lock:
-                self._grants += 1
-                trim = self._grants % TRIM_EVERY == 0
-            if trim:
-                self._trim(key)
-            return AcquireResult(True, record)
+            return AcquireResult(True, _record(doc, doc["acquired_at"]))
         current = self._read({"_id": key})
         if current.unreadable:
             raise current.unreadable[0]
@@ -298,14 +256,13 @@ class MongoStore(LeaseStore):
         return bool(result.matched_count == 1)
 
     def release(self, key: str, secret: str, token: int) -> bool:
-        before = self._call(lambda c: c.find_one_and_update(
-            {"_id": key, "secret": secret, "token": token},
-            {"$set": {"holder": None, "secret": None}}, projection={"holder": 1},
-            return_document=ReturnDocument.BEFORE))
-        if before is None:
-            return False
-        self._add_event(key, "released", token, before.get("holder"), {})
-        return True
+        # The first stage records the holder before the second clears it.
+        update = [{"$set": {hist.FIELD: hist.append(
+                      "released", str(int(token)), hist.HOLDER_OF_DOC, {})}},
+                  {"$set": {"holder": None, "secret": None}}]
+        result = self._call(lambda c: c.update_one(
+            {"_id": key, "secret": secret, "token": token}, update))
+        return bool(result.matched_count == 1)
 
     def get(self, key: str) -> LeaseRecord | None:
         found = self._read({"_id": key})
@@ -314,31 +271,43 @@ class MongoStore(LeaseStore):
         return found[0] if found else None
 
     def force_release(self, key: str, by: str) -> LeaseRecord | None:
-        # The stage reads "$holder" before it clears it: the document keeps
-        # who was broken, when (server clock) and by whom.
-        update = [{"$set": {"holder": None, "secret": None, "broken": {
-            "holder": "$holder", "at": "$$NOW", "by": {"$literal": by}}}}]
+        # The stages read "$holder" before they clear it: the document keeps
+        # who was broken, when (server clock) and by whom, and so does history.
+        update = [{"$set": {hist.FIELD: hist.append(
+                      "broken", hist.TOKEN_OF_DOC, hist.HOLDER_OF_DOC, {"by": by}),
+                    "broken": {"holder": "$holder", "at": "$$NOW", "by": {"$literal": by}}}},
+                  {"$set": {"holder": None, "secret": None}}]
         doc = self._call(lambda c: c.find_one_and_update(
-            {"_id": key}, update, return_document=ReturnDocument.AFTER))
+            {"_id": key}, update, projection=NO_HISTORY, return_document=ReturnDocument.AFTER))
         if doc is None:
             return None
         broken = doc["broken"]
-        before = _record({**doc, "holder": broken.get("holder")}, broken["at"])
-        self._add_event(key, "broken", before.token, before.holder, {"by": by})
-        return before
+        return _record({**doc, "holder": broken.get("holder")}, broken["at"])
 
     def history(self, key: str, limit: int = 50) -> list[LeaseEvent]:
         limit = min(int(limit), HISTORY_LIMIT)
         if limit <= 0:
             return []
-        docs = self._call(lambda c: list(
-            self._events(c).find({"key": key}).sort(NEWEST_FIRST).limit(limit)))
-        return [LeaseEvent(key, e["kind"], int(e["token"]), e.get("holder"), e["at"],
-                           dict(e.get("detail") or {})) for e in reversed(docs)]
+        pipeline = [{"$match": {"_id": key}}, {"$project": {
+            "_id": 0, "events": {"$slice": [{"$ifNull": [f"${hist.FIELD}", []]}, -limit]}}}]
+
+        def read(leases: Any) -> tuple[list[Any], list[LeaseEvent]]:
+            docs = list(leases.aggregate(pipeline))
+            old = hist.legacy_events(leases.database[self._legacy_name()], key, limit) \
+                if self._legacy else []
+            return (docs[0]["events"] if docs else []), old
+
+        stored, old = self._call(read)
+        return hist.merged(hist.events(key, stored), old, limit)
 
     def record_event(self, key: str, kind: EventKind, holder: str | None, token: int,
                      detail: Mapping[str, Any] | None = None) -> None:
-        self._add_event(key, kind, token, holder, detail or {}, after_change=False)
+        update = [{"$set": {hist.FIELD: hist.append(
+            kind, str(int(token)), hist.as_json(holder), detail or {})}}]
+        result = self._call(lambda c: c.update_one({"_id": key}, update))
+        if result.matched_count == 0:  # no document to hold it: the store lost it
+            log.warning("lease %s has no document in %s: its %s event (token %s, holder %s) "
+                        "is only in this log", key, self.url, kind, token, holder)
 
     # Defined after every method annotated with ``list[...]`` (it shadows the builtin).
     def list(self, prefix: str = "") -> RecordList:

@@ -1,15 +1,17 @@
 """MongoDB store specifics, against mongoeco's MongoDB-wire server (not
 mongod: see docs/development.md): URL checks, clear errors, bounded calls, the sends per
-operation (counted by pymongo's own command monitoring), write concern, and a
-token counter that survives a server restart."""
+operation (counted by pymongo's own command monitoring), write concern, the
+history written in the lease's own update, the old history layout still read,
+and a token counter that survives a server restart."""
 
 from __future__ import annotations
 
 import os
 import socket
 import time
+import uuid
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -17,7 +19,9 @@ from pymongo import MongoClient, monitoring
 from servers.mongo_server import PASSWORD, USER, MongoWireServer, free_port
 
 from lease_integrations import ConfigurationError, LeaseStore, StoreUnavailable, connect
-from lease_integrations.stores.mongo import TRIM_EVERY, MongoStore
+from lease_integrations.core.store import HISTORY_LIMIT
+from lease_integrations.stores import mongo_history
+from lease_integrations.stores.mongo import MongoStore
 
 AUTH_ONLY = {"saslStart", "saslContinue", "hello", "isMaster", "ismaster", "endSessions"}
 
@@ -135,33 +139,79 @@ def test_sends_per_operation(mongo_url: str, key: str) -> None:
     with MongoStore.from_url(mongo_url, event_listeners=[sends]) as store:
         store.get(key)  # the pool is open and authenticated from here on
         granted: list[Any] = []
+        # One conditional upsert, its history event inside it.
         assert sends.during(lambda: granted.append(store.acquire(key, "alice", "alice", 30, {}))) == \
-            ["findAndModify", "update"]  # the conditional upsert, then the history event
+            ["findAndModify"]
         rec = granted[0].record
         busy: list[Any] = []
         assert sends.during(lambda: busy.append(store.acquire(key, "bob", "bob", 30, {}))) == \
             ["findAndModify", "aggregate"]  # DuplicateKeyError, then the current record
         assert not busy[0].granted and busy[0].record.holder == "alice"
         assert sends.during(lambda: store.renew(key, "alice", rec.token, 30)) == ["update"]
-        assert sends.during(lambda: store.release(key, "alice", rec.token)) == \
-            ["findAndModify", "update"]  # the conditional clear (names the holder), the event
+        assert sends.during(lambda: store.release(key, "alice", rec.token)) == ["update"]
+        assert sends.during(lambda: store.force_release(key, "ops")) == ["findAndModify"]
+        assert sends.during(lambda: store.record_event(key, "lost", "alice", rec.token)) == \
+            ["update"]
         assert sends.during(lambda: store.get(key)) == ["aggregate"]
+        assert sends.during(lambda: store.history(key)) == ["aggregate"]
 
 
-def test_history_is_trimmed_to_the_limit(mongo: LeaseStore, mongo_url: str, key: str) -> None:
-    from lease_integrations.core.store import HISTORY_LIMIT
+def test_history_is_written_with_the_lease_and_capped(mongo: LeaseStore, mongo_url: str,
+                                                      key: str) -> None:
+    """After every operation the document's newest event and its record agree
+    (one write made both), and the array never holds more than HISTORY_LIMIT."""
+    raw: MongoClient[dict[str, Any]] = MongoClient(mongo_url, tz_aware=True)
+    leases = raw.get_default_database()["leases"]
 
-    for i in range(HISTORY_LIMIT // 2 + TRIM_EVERY):
-        rec = mongo.acquire(key, f"h{i}", f"h{i}", 30, {}).record
-        assert rec is not None
-        mongo.release(key, f"h{i}", rec.token)
-    client: MongoClient[dict[str, Any]] = MongoClient(mongo_url)
+    def stored() -> tuple[dict[str, Any], int, Any]:
+        doc = leases.find_one({"_id": key})
+        assert doc is not None
+        events = doc.get("history") or []
+        return doc, len(events), mongo_history.decode(key, events[-1]) if events else None
+
     try:
-        stored = client.get_default_database()["leases_events"].count_documents({"key": key})
+        for i in range(HISTORY_LIMIT // 2 + 1):
+            holder = f'host "w\\{i}"\n\u00e9'  # quotes, backslash, newline, non-ASCII
+            rec = mongo.acquire(key, holder, f"s{i}", 30, {"i": i}).record
+            assert rec is not None
+            doc, count, event = stored()
+            assert (event.kind, event.token, event.holder, event.at, event.detail) == \
+                ("acquired", doc["token"], doc["holder"], doc["acquired_at"], {"meta": {"i": i}})
+            assert mongo.release(key, f"s{i}", rec.token)
+            doc, count, event = stored()
+            assert doc["holder"] is None and count == min(2 * i + 2, HISTORY_LIMIT)
+            assert (event.kind, event.token, event.holder) == ("released", rec.token, holder)
+        mongo.acquire(key, "last", "s", 30, {})
+        broken = mongo.force_release(key, by="ops")
+        doc, count, event = stored()
+        assert broken is not None and count == HISTORY_LIMIT
+        assert (event.kind, event.token, event.holder, event.at, event.detail) == \
+            ("broken", broken.token, "last", doc["broken"]["at"], {"by": "ops"})
+        assert [e.kind for e in mongo.history(key, limit=3)] == ["released", "acquired", "broken"]
     finally:
-        client.close()
-    assert stored <= HISTORY_LIMIT + 2 * TRIM_EVERY  # trimmed every TRIM_EVERY-th grant
-    assert len(mongo.history(key, limit=10**6)) == HISTORY_LIMIT
+        raw.close()
+
+
+def test_history_of_the_old_layout_is_read_not_moved(mongo_url: str, key: str) -> None:
+    """A database written by an older version keeps its events in
+    ``<collection>_events``: history() still shows them, in time order
+    with the new ones, and nothing new is written there."""
+    collection = f"old_{uuid.uuid4().hex[:8]}"
+    raw: MongoClient[dict[str, Any]] = MongoClient(mongo_url)
+    old = raw.get_default_database()[f"{collection}_events"]
+    at = datetime.now(timezone.utc) - timedelta(hours=1)
+    old.insert_many([{"key": key, "kind": kind, "token": 7, "holder": "old", "detail": {},
+                      "at": at + timedelta(seconds=n)}
+                     for n, kind in enumerate(("acquired", "released"))])
+    try:
+        with connect(with_option(mongo_url, f"collection={collection}")) as store:
+            assert store.acquire(key, "new", "s", 30, {}).granted
+            assert [(e.kind, e.holder) for e in store.history(key)] == \
+                [("acquired", "old"), ("released", "old"), ("acquired", "new")]
+            assert [e.kind for e in store.history(key, limit=2)] == ["released", "acquired"]
+        assert old.count_documents({"key": key}) == 2
+    finally:
+        raw.close()
 
 
 def test_a_paused_server_cannot_hang_a_call(private_mongo: MongoWireServer, key: str) -> None:
