@@ -1,72 +1,34 @@
-"""What the per-key lease history costs on acquire, and what the metrics
-hooks cost when no OpenTelemetry SDK is configured.
+"""What the metrics hooks cost when no OpenTelemetry SDK is configured:
+``LeaseLock.acquire`` + ``release`` on the memory store (the cheapest store,
+so the hooks' share is the largest it can be) with the hooks live
+(OpenTelemetry API, no SDK) against ``metrics.disable()``.
 
-1. SQLite store: the shipped ``SqliteStore`` (the history row is inserted and
-   the key's history trimmed inside the acquire's own transaction) against
-   the same store with its history write turned off (a subclass used only
-   here), on separate files in one directory. The history is pre-filled past
-   its cap, so every acquire also pays the trim, as in steady state.
-2. ``LeaseLock.acquire`` + ``release`` on the memory store (the cheapest
-   store, so the hooks' share is the largest it can be) with the metrics hooks
-   live (OpenTelemetry API, no SDK) against ``metrics.disable()``.
-
-On a disk, SQLite's commit (fsync, ``synchronous=FULL``) dominates and the
-history row rides in the same commit; ``--dir /dev/shm`` (tmpfs, no real
-fsync) shows the statements' own CPU cost, the worst case for the ratio.
+(The history's own cost used to be measured here too, with a SQLite store
+whose history write was switched off; the history row is now part of the
+acquire's one statement, and ``tests/stores/test_sqlite_writes.py`` counts
+what it costs where it matters, in WAL pages per commit: one of four.)
 
 Contenders run interleaved (A, B, B, A, ...) so load drift on a shared
 machine hits both; each round's median is taken, then the median of rounds.
 Nothing here asserts a speed: it prints ratios.
 
-    .venv/bin/python benchmarks/history_cost.py [--rounds N] [--cycles N] [--dir PATH]
+    .venv/bin/python benchmarks/history_cost.py [--rounds N] [--cycles N]
 """
 
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import statistics
-import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
 from lease_integrations import LeaseLock, connect
 from lease_integrations.core import metrics
-from lease_integrations.core.store import HISTORY_LIMIT, EventKind
-from lease_integrations.stores.sqlite import SqliteStore
 
 HOLDER = "bench:1:0123456789abcdef"
 SECRET = "bench-secret-0123456789abcdef"
 Timings = dict[str, list[float]]  # "acquire"/"release"/"cycle" -> per-round medians (µs)
-
-
-class SqliteStoreWithoutHistory(SqliteStore):
-    """The shipped store minus its history write: the baseline for the cost."""
-
-    def _add_event(self, conn: sqlite3.Connection, key: str, kind: EventKind, token: int,
-                   holder: str | None, detail: Mapping[str, Any] | None = None) -> None:
-        return None
-
-
-assert hasattr(SqliteStore, "_add_event"), "SqliteStore no longer has _add_event: update me"
-
-
-def store_round(store: SqliteStore, key: str, cycles: int) -> tuple[float, float, float]:
-    acquire, release = [], []
-    for _ in range(cycles):
-        t0 = time.perf_counter_ns()
-        result = store.acquire(key, HOLDER, HOLDER, SECRET, 30.0, {"host": "bench", "pid": 1})
-        t1 = time.perf_counter_ns()
-        assert result.granted and result.record is not None
-        store.release(key, SECRET, result.record.token)
-        t2 = time.perf_counter_ns()
-        acquire.append((t1 - t0) / 1000)
-        release.append((t2 - t1) / 1000)
-    cycle = [a + r for a, r in zip(acquire, release, strict=True)]
-    return statistics.median(acquire), statistics.median(release), statistics.median(cycle)
 
 
 def lock_round(lock: LeaseLock, cycles: int, hooks: bool) -> tuple[float, float, float]:
@@ -119,24 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--cycles", type=int, default=300)
-    parser.add_argument("--dir", default=None, help="where the SQLite files go (default: a temp dir)")
     args = parser.parse_args()
-
-    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
-        shipped = SqliteStore(Path(tmp) / "with-history.db")
-        bare = SqliteStoreWithoutHistory(Path(tmp) / "without-history.db")
-        key = f"bench-{uuid.uuid4().hex[:8]}"
-        for store in (shipped, bare):  # warm up; fill the history past its cap
-            store_round(store, key, HISTORY_LIMIT + 50)
-        kept = len(shipped.history(key, HISTORY_LIMIT + 50))
-        assert HISTORY_LIMIT - 1 <= kept <= HISTORY_LIMIT, kept  # capped: the trim runs
-        assert bare.history(key) == []
-        sqlite_results = interleave({
-            "sqlite, history (shipped)": lambda: store_round(shipped, key, args.cycles),
-            "sqlite, no history (baseline)": lambda: store_round(bare, key, args.cycles),
-        }, args.rounds)
-        shipped.close()
-        bare.close()
 
     lock = LeaseLock(connect(f"memory://bench-{uuid.uuid4().hex}"), "bench", ttl=30.0)
     lock_round(lock, 200, hooks=True)  # imports the API, warms up
@@ -148,8 +93,6 @@ def main() -> None:
     metrics.use_meter_provider(None)
 
     n = f"{args.rounds} rounds x {args.cycles} cycles, interleaved, median of round medians"
-    report(f"History cost on acquire: SQLite store, WAL, synchronous=FULL ({n})",
-           sqlite_results, "sqlite, no history (baseline)", "sqlite, history (shipped)")
     report(f"Metrics hooks cost: LeaseLock on the memory store ({n})",
            lock_results, "lock, metrics disabled (baseline)", "lock, metrics hooks (API, no SDK)")
 

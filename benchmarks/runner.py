@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     if "extras" in sections:
         hist = extras.history_cost(quick, log)
         res["history_cost"] = hist
-        show("History and metrics cost (benchmarks/history_cost.py)\n"
+        show("Metrics hooks cost (benchmarks/history_cost.py)\n"
              + (hist.get("output") or hist.get("skipped") or hist.get("error", "")) + "\n")
         keepers = extras.keeper_scale(quick, log)
         res["keeper_scale"] = keepers
