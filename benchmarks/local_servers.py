@@ -9,8 +9,9 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "tests") not in sys.path:
@@ -25,9 +26,10 @@ Log = Callable[[str], None]
 
 
 @contextmanager
-def redis_server() -> Iterator[str]:
-    directory = Path(tempfile.mkdtemp(prefix="lease-bench-redis-"))
-    server = RedisServer(directory)
+def _running(make: Callable[[Path], Any], prefix: str) -> Iterator[str]:
+    """A server of the tests' kind in a fresh directory; yields its URL."""
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    server = make(directory)
     try:
         server.start()
         yield server.url
@@ -36,17 +38,13 @@ def redis_server() -> Iterator[str]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-@contextmanager
-def redis_cluster() -> Iterator[str]:
+def redis_server() -> AbstractContextManager[str]:
+    return _running(RedisServer, "lease-bench-redis-")
+
+
+def redis_cluster() -> AbstractContextManager[str]:
     """Three primaries, every slot assigned: the tests' cluster; yields its URL."""
-    directory = Path(tempfile.mkdtemp(prefix="lease-bench-cluster-"))
-    cluster = RedisClusterNodes(directory)
-    try:
-        cluster.start()
-        yield cluster.url
-    finally:
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+    return _running(RedisClusterNodes, "lease-bench-cluster-")
 
 
 @contextmanager

@@ -105,6 +105,17 @@ TRIM = """DELETE FROM {e} WHERE key = %(key)s AND EXISTS (SELECT 1 FROM {changed
     AND id <= (SELECT id FROM {e} WHERE key = %(key)s ORDER BY id DESC
                OFFSET %(keep)s LIMIT 1)"""
 
+# What every grant writes besides the lease row, in the same statement: the
+# counter (never below the token just granted) and the history event.
+_GRANT_WRITES = """ctr AS (
+    INSERT INTO {c} AS c (key, token) SELECT key, token FROM up
+    ON CONFLICT (key) DO UPDATE SET token = GREATEST(c.token, excluded.token)
+),
+ev AS (
+    INSERT INTO {e} (key, kind, token, holder, at, detail)
+    SELECT key, 'acquired', token, $2, t, $6::jsonb FROM up
+)"""
+
 # Acquire, in one statement, for a key whose row exists (every key after its
 # first grant). The server spends most of a short statement setting up its
 # plan (a node per CTE, subquery and expression), so the statement holds only
@@ -128,14 +139,7 @@ up AS (
     FROM n WHERE l.key = $1 AND (l.holder IS NULL OR l.expires_at <= n.t)
     RETURNING l.key, l.token, n.t, l.expires_at
 ),
-ctr AS (
-    INSERT INTO {c} AS c (key, token) SELECT key, token FROM up
-    ON CONFLICT (key) DO UPDATE SET token = GREATEST(c.token, excluded.token)
-),
-ev AS (
-    INSERT INTO {e} (key, kind, token, holder, at, detail)
-    SELECT key, 'acquired', token, $2, t, $6::jsonb FROM up
-){trim}
+""" + _GRANT_WRITES + """{trim}
 SELECT up.token IS NOT NULL, coalesce(up.token, l.token), n.t,
        coalesce(up.expires_at, l.expires_at), l.holder, l.acquired_at, l.renewed_at, l.meta
 FROM n CROSS JOIN {t} l LEFT JOIN up ON true WHERE l.key = $1
@@ -168,14 +172,7 @@ up AS (
     WHERE l.holder IS NULL OR l.expires_at <= excluded.acquired_at
     RETURNING l.key, l.token, l.acquired_at AS t, l.expires_at
 ),
-ctr AS (
-    INSERT INTO {c} AS c (key, token) SELECT key, token FROM up
-    ON CONFLICT (key) DO UPDATE SET token = GREATEST(c.token, excluded.token)
-),
-ev AS (
-    INSERT INTO {e} (key, kind, token, holder, at, detail)
-    SELECT key, 'acquired', token, $2, t, $6::jsonb FROM up
-)
+""" + _GRANT_WRITES + """
 SELECT true, token, t, expires_at, NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::jsonb
 FROM up
 """
