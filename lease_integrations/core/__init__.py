@@ -12,12 +12,11 @@ from .errors import (
     CorruptRecord,
     LeaseBusy,
     LeaseError,
-    LeaseInterrupted,
     LeaseLost,
     StaleToken,
     StoreUnavailable,
 )
-from .interrupt import set_interrupt_signal
+from .failstop import EXIT_STATUS, stop_hook
 from .lease import Lease
 from .lock import LeaseLock
 from .record import AcquireResult, LeaseRecord
@@ -33,6 +32,7 @@ from .validation import (
 )
 
 __all__ = [
+    "EXIT_STATUS",
     "ON_BUSY_POLICIES",
     "ON_LOST_POLICIES",
     "AcquireResult",
@@ -42,7 +42,6 @@ __all__ = [
     "LeaseBusy",
     "LeaseError",
     "LeaseEvent",
-    "LeaseInterrupted",
     "LeaseLock",
     "LeaseLost",
     "LeaseRecord",
@@ -52,7 +51,7 @@ __all__ = [
     "StoreUnavailable",
     "mask_url",
     "resolve_url",
-    "set_interrupt_signal",
+    "stop_hook",
     "validate_heartbeat",
     "validate_key",
     "validate_policy",

@@ -92,26 +92,6 @@ class LeaseLost(LeaseError):
         super().__init__(f"lease {key!r}{tok} was lost{why}")
 
 
-class LeaseInterrupted(BaseException):
-    """What lands inside a ``hold()`` block when its lease is lost.
-
-    A ``BaseException``, like asyncio's ``CancelledError``, so the commonest
-    pattern in job code (``except Exception: log; continue``) cannot swallow
-    it. ``hold()`` turns it into ``LeaseLost`` as the block leaves; code that
-    runs user code inside a block (an orchestrator) treats it like
-    ``LeaseLost``: the run failed."""
-
-    #: The lost lease (set on the per-block subclass that is raised).
-    lease: Any = None
-
-    def __init__(self, key: str | None = None, token: int | None = None, reason: str = "") -> None:
-        lease = self.lease
-        self.key = key if key is not None else getattr(lease, "key", "")
-        self.token = token if token is not None else getattr(lease, "token", None)
-        self.reason = reason or (getattr(lease, "lost_reason", None) or "")
-        super().__init__(f"lease {self.key!r} (token {self.token}) was lost: {self.reason}")
-
-
 class CorruptRecord(LeaseError):
     """A stored lease record could not be parsed (say, a field overwritten by
     hand with the store's own client). Names the key and the field, so the

@@ -95,6 +95,11 @@ class Heartbeat:
                 self._heap = [item for item in self._heap if item[3].active]
                 heapq.heapify(self._heap)
 
+    def held(self) -> list[tuple[Lease, LeaseStore]]:
+        """Every lease being renewed, with its store (for fail-stop's release)."""
+        with self._cond:
+            return [(entry.lease, entry.store) for entry in self._entries.values()]
+
     def __len__(self) -> int:
         with self._cond:
             return len(self._entries)
@@ -293,7 +298,7 @@ class Heartbeat:
     def _report_lost(self, entry: _Entry, reason: str) -> None:
         lease = entry.lease
         # Recorded off the scheduler thread (the store may be why we lost it),
-        # and queued before the callbacks interrupt a holder that may then exit.
+        # and queued before the callbacks, which may end the process (fail-stop).
         lease.mark_lost(reason, before_callbacks=lambda: self._submit(
             _record_loss, entry.store, lease, reason))
 

@@ -1,9 +1,10 @@
 """The holder's side of a granted lease: its token, its trust window and the
-loss flag that every policy (interrupt, check, callbacks) reads."""
+loss flag that every policy (exit, check, cancel, callbacks) reads."""
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -81,6 +82,7 @@ class Lease:
         margin: float,
         attempt_started: float,
         secret: str = "",
+        grace: float = 0.0,
     ) -> None:
         if record.holder is None:
             raise ValueError("a granted lease must have a holder")
@@ -93,6 +95,13 @@ class Lease:
         self.secret: str = secret
         self.ttl = ttl
         self.margin = margin
+        #: Seconds fail-stop gives descendant processes between SIGTERM and SIGKILL.
+        self.grace = grace
+        #: The process that holds the lease: a forked child never renews or releases it.
+        self.pid = os.getpid()
+        #: Set while a ``hold()`` block with ``on_lost="exit"`` runs: a loss then
+        #: ends the process (``failstop``) instead of only running the callbacks.
+        self.fail_stop = False
         self.meta: dict[str, Any] = dict(record.meta)
         self.lost = LostFlag()
         self.lost_reason: str | None = None
@@ -150,12 +159,12 @@ class Lease:
         return self._trusted_until
 
     def mark_lost(self, reason: str, before_callbacks: Callable[[], object] | None = None) -> bool:
-        """Set the loss flag and run the callbacks. Returns False if the lease
-        was already lost or released (loss is reported once).
+        """Set the loss flag and run the callbacks, or, while a fail-stop block
+        runs, end the process (the callbacks are one step of that). Returns
+        False if the lease was already lost or released (loss is reported once).
 
-        ``before_callbacks`` runs first: a callback may interrupt the holder,
-        which may then exit at once, so whatever must not be lost (recording
-        the loss in the store's history) is started before them."""
+        ``before_callbacks`` runs first: whatever must not be lost when the
+        process ends (recording the loss in the store's history) starts there."""
         with self._mutex:
             if self.lost.is_set() or self.released:
                 return False
@@ -166,6 +175,7 @@ class Lease:
                 log.exception("recording the loss of lease %s failed", self.key)
             self.lost.set()
             callbacks, self._callbacks = self._callbacks, []
+            stop = self.fail_stop and self.pid == os.getpid()
         log.warning(
             "lease %s lost (token %s, holder %s): %s", self.key, self.token, self.holder, reason,
             extra={"lease_event": "lost", "lease_key": self.key, "lease_token": self.token,
@@ -173,6 +183,10 @@ class Lease:
         )
         if before_callbacks is not None:
             before_callbacks()
+        if stop:
+            from .failstop import stop_process
+
+            stop_process(self, callbacks)
         for callback in callbacks:
             _run_callback(callback, self)
         return True
@@ -180,7 +194,20 @@ class Lease:
     def mark_released(self) -> None:
         with self._mutex:
             self.released = True
+            self.fail_stop = False
             self._callbacks = []
+
+    def arm_fail_stop(self) -> bool:
+        """A block with ``on_lost="exit"`` begins: from now a loss ends the
+        process. False if the lease is lost already (the block must not run)."""
+        with self._mutex:
+            self.fail_stop = not self.lost.is_set()
+            return self.fail_stop
+
+    def disarm(self) -> None:
+        """The block is leaving: a loss from now on no longer ends the process."""
+        with self._mutex:
+            self.fail_stop = False
 
     def __repr__(self) -> str:
         state = "lost" if self.lost.is_set() else "released" if self.released else "held"

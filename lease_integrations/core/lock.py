@@ -1,9 +1,16 @@
 """``LeaseLock``: everything above the store cut: waiting, heartbeats, trust
-windows and the loss policy. Stores only answer single atomic operations."""
+windows and the loss policy. Stores only answer single atomic operations.
+
+What a loss does to a running block is the policy (``on_lost``): ``exit``
+ends the process (``failstop``), ``check`` only reports it, ``cancel``
+cancels the ``hold_async()`` task at every await until the block ends. No
+policy injects exceptions into running threads: CPython cannot do that
+without corrupting the locks and state the process keeps using."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -15,7 +22,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 from typing import Any, Literal
 
-from . import interrupt, metrics
+from . import metrics
 from .backoff import Backoff
 from .errors import ConfigurationError, LeaseBusy, LeaseError, LeaseLost
 from .heartbeat import get_heartbeat
@@ -63,8 +70,10 @@ class LeaseLock:
 
     ``ttl`` is how long the store keeps the lease without a renewal; the
     heartbeat renews every ``heartbeat`` seconds (ttl/3 by default), and the
-    holder stops trusting the lease ``margin`` seconds (ttl/10 by default)
-    before the store could expire it.
+    holder stops trusting the lease ``margin`` seconds (ttl/5 by default)
+    before the store could expire it. Under ``on_lost="exit"`` the process
+    then ends within ``0.8 * margin``, giving its child processes ``grace``
+    seconds (margin/4 by default, at most margin/2) between SIGTERM and SIGKILL.
     """
 
     #: (pid, the lock's meta, the full validated meta): see ``_identity``.
@@ -78,7 +87,8 @@ class LeaseLock:
         *,
         heartbeat: float | None = None,
         margin: float | None = None,
-        on_lost: str = "interrupt",
+        grace: float | None = None,
+        on_lost: str = "exit",
         meta: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(store, LeaseStore):
@@ -91,12 +101,13 @@ class LeaseLock:
         self.ttl = validate_ttl(ttl)
         self.heartbeat = validate_heartbeat(heartbeat, self.ttl)
         self.margin = self._validate_margin(margin)
+        self.grace = self._validate_grace(grace)
         self.on_lost = validate_policy(on_lost, ON_LOST_POLICIES, "on_lost")
         self.meta = validate_meta(meta)
 
     def _validate_margin(self, margin: float | None) -> float:
         if margin is None:
-            return self.ttl / 10
+            return self.ttl / 5
         if isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin < 0:
             raise ConfigurationError(f"margin must be a non-negative number of seconds, got {margin!r}")
         if self.heartbeat + margin >= self.ttl:
@@ -106,6 +117,20 @@ class LeaseLock:
             )
         return float(margin)
 
+    def _validate_grace(self, grace: float | None) -> float:
+        """The fail-stop ladder must end before the store can expire the lease:
+        steps before the kill need time too, so the grace gets half the margin
+        at most (see ``failstop``)."""
+        if grace is None:
+            return self.margin / 4
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not (
+                0 <= grace <= self.margin / 2):
+            raise ConfigurationError(
+                f"grace={grace!r} must be a number of seconds from 0 to margin/2 "
+                f"({self.margin / 2:g} s): a process stopped on loss must be gone before "
+                f"the store can grant the lease again (raise margin to allow more)")
+        return float(grace)
+
     def __repr__(self) -> str:
         return f"<LeaseLock key={self.key!r} ttl={self.ttl:g} store={self.store.url}>"
 
@@ -113,13 +138,7 @@ class LeaseLock:
     def acquire(self, wait: float | None = 0, *, meta: Mapping[str, Any] | None = None) -> Lease:
         """Take the lease. ``wait=0`` raises ``LeaseBusy`` at once if it is
         held, ``wait=None`` waits forever, ``wait=5.0`` waits up to 5 s.
-        Arms no interrupt: only ``hold()`` protects a block."""
-        return self._acquire(wait, meta, shield=False)
-
-    def _acquire(self, wait: float | None, meta: Mapping[str, Any] | None, *,
-                 shield: bool) -> Lease:
-        """With ``shield``, each store attempt runs shielded and a granted
-        lease is returned with the shield still up (the hold arms it)."""
+        No policy applies: only a ``hold()`` block is stopped on loss."""
         limit = validate_wait(wait)
         holder, full_meta = self._identity(meta)
         secret = new_secret()
@@ -127,18 +146,9 @@ class LeaseLock:
         backoff: Backoff | None = None  # made on the first busy answer only
         while True:
             started = time.monotonic()
-            if shield:
-                interrupt.shield_up()
-            try:
-                result = self.store.acquire(self.key, holder, secret, self.ttl, full_meta)
-                if result.granted:  # registered on the heartbeat by the hold
-                    return self._start(result, started, secret, register=not shield)
-            except BaseException:
-                if shield:
-                    interrupt.lower()
-                raise
-            if shield:
-                interrupt.lower()
+            result = self.store.acquire(self.key, holder, secret, self.ttl, full_meta)
+            if result.granted:
+                return self._start(result, started, secret)
             backoff = backoff or Backoff()
             delay = self._next_wait(result, backoff, deadline)
             if delay is None:
@@ -149,8 +159,8 @@ class LeaseLock:
         """Give the lease back. Only touches the store's record if it still
         carries this lease's holder and token; True when it did."""
         get_heartbeat().remove(lease)
-        if lease.released:
-            return False
+        if lease.released or lease.pid != os.getpid():
+            return False  # a forked child never releases its parent's lease
         try:
             released = self.store.release(lease.key, lease.secret, lease.token)
         finally:
@@ -166,37 +176,26 @@ class LeaseLock:
         return released
 
     def hold(self, wait: float | None = 0, *, meta: Mapping[str, Any] | None = None) -> Hold:
-        """Run a block under the lease. If the lease is lost, ``LeaseInterrupted``
-        lands in the block (``on_lost="interrupt"``; else ``lease.check()``
-        raises) and the block ends with ``LeaseLost``; also when the store
-        refuses the release or the trust window closed before the block
-        ended: a block that lost its lease never ends as a success."""
-        return Hold(self, lambda: self._acquire(wait, meta, shield=True), release=True)
+        """Run a block under the lease. If the lease is lost while it runs,
+        ``on_lost="exit"`` ends the process (see ``failstop``); ``"check"``
+        leaves the block running (``lease.lost``, ``lease.check()``). The block
+        ends with ``LeaseLost`` whenever the lease was lost, the store refused
+        the release or the trust window closed: never as a success."""
+        return Hold(self, lambda: self.acquire(wait, meta=meta), release=True)
 
     # -- adopt: continue a lease another process acquired ---------------------
     def adopt(self, token: int, secret: str) -> Lease:
         """Continue the lease with ``token`` that another process acquired and
         handed over (its ``lease.secret``): renew it once at once (``LeaseLost``
         if the store refuses: it is no longer that lease), trust it from that
-        attempt's start and keep renewing it on the heartbeat. Arms nothing:
-        ``hold_adopted`` protects a block."""
-        return self._adopt(token, secret, shield=False)
-
-    def _adopt(self, token: int, secret: str, *, shield: bool) -> Lease:
-        if shield:
-            interrupt.shield_up()
-        try:
-            started = time.monotonic()
-            record = self.store.get(self.key) if self.store.renew(
-                self.key, secret, token, self.ttl) else None
-            if record is None or record.token != token or record.holder is None:
-                raise LeaseLost(self.key, token, "the store refused to renew the lease to adopt")
-            return self._start(AcquireResult(True, record), started, secret=secret,
-                               register=not shield)
-        except BaseException:
-            if shield:
-                interrupt.lower()
-            raise
+        attempt's start and keep renewing it on the heartbeat. No policy
+        applies: ``hold_adopted`` protects a block."""
+        started = time.monotonic()
+        record = self.store.get(self.key) if self.store.renew(
+            self.key, secret, token, self.ttl) else None
+        if record is None or record.token != token or record.holder is None:
+            raise LeaseLost(self.key, token, "the store refused to renew the lease to adopt")
+        return self._start(AcquireResult(True, record), started, secret=secret)
 
     def forget(self, lease: Lease) -> None:
         """Stop renewing ``lease`` and disarm it without releasing it: the
@@ -205,10 +204,10 @@ class LeaseLock:
         lease.mark_released()  # drops the loss callbacks: nothing fires any more
 
     def hold_adopted(self, token: int, secret: str, *, release: bool = False) -> Hold:
-        """``adopt`` for the length of a block, with the interrupt armed as in
-        ``hold``; on exit stop renewing and leave the lease in the store
-        (another process keeps it) unless ``release=True``."""
-        return Hold(self, lambda: self._adopt(token, secret, shield=True), release=release)
+        """``adopt`` for the length of a block, under the lock's ``on_lost``
+        policy as in ``hold``; on exit stop renewing and leave the lease in the
+        store (another process keeps it) unless ``release=True``."""
+        return Hold(self, lambda: self.adopt(token, secret), release=release)
 
     def _end(self, lease: Lease, release: bool) -> bool:
         """Stop renewing and (unless handing over) release. True when the store
@@ -276,8 +275,9 @@ class LeaseLock:
     def hold_async(
         self, wait: float | None = 0, *, meta: Mapping[str, Any] | None = None
     ) -> AbstractAsyncContextManager[Lease]:
-        """``hold`` for asyncio code: on loss the task running the block is
-        cancelled, and the block ends with ``LeaseLost``."""
+        """``hold`` for asyncio code; ``on_lost="cancel"`` cancels the task
+        running the block, and again at each later ``await`` until the block
+        ends (as Trio's cancel scopes do), which then raises ``LeaseLost``."""
         return self._held_async(lambda: self.acquire_async(wait, meta=meta), release=True)
 
     def hold_adopted_async(
@@ -291,26 +291,39 @@ class LeaseLock:
     async def _held_async(self, take: Callable[[], Awaitable[Lease]],
                           release: bool) -> AsyncIterator[Lease]:
         lease = await take()
-        block = interrupt.arm(lease, stacked=False) if self.on_lost == "interrupt" else None
+        canceller = Canceller(lease) if self.on_lost == "cancel" else None
+        if self.on_lost == "exit" and not lease.arm_fail_stop():
+            await asyncio.to_thread(self._end, lease, release)
+            raise LeaseLost(lease.key, lease.token, lease.lost_reason or "")
         try:
             yield lease
         except BaseException as exc:
-            error = await self._leave_async(lease, block, release, exc)
+            error = await self._leave_async(lease, canceller, release, exc)
             if error is None:
                 raise
             raise error from exc
-        error = await self._leave_async(lease, block, release, None)
+        error = await self._leave_async(lease, canceller, release, None)
         if error is not None:
             raise error
 
-    async def _leave_async(self, lease: Lease, block: interrupt.Block | None, release: bool,
-                           exc: BaseException | None) -> LeaseLost | None:
-        if block is not None:
-            block.armed = False  # the task runs this: no cancel of ours is on its way
+    async def _leave_async(self, lease: Lease, canceller: Canceller | None, release: bool,
+                           exc: BaseException | None) -> BaseException | None:
+        lease.disarm()
+        cancelled = canceller is not None and canceller.stop()
         closed = not lease.released and time.monotonic() >= lease.trusted_until
-        # Finishes in its thread even if this task is cancelled meanwhile.
-        refused = await asyncio.to_thread(self._end, lease, release)
-        return verdict(lease, block, exc, refused=refused, closed=closed)
+        # The release finishes in its thread whatever happens to this task; a
+        # cancel of ours still on its way must not cut the wait for it short.
+        ending = asyncio.ensure_future(asyncio.to_thread(self._end, lease, release))
+        while True:
+            try:
+                refused = await asyncio.shield(ending)
+                break
+            except asyncio.CancelledError:
+                if not cancelled:
+                    raise
+        if cancelled and canceller is not None and canceller.cancelled_by_others():
+            return asyncio.CancelledError()  # someone else cancelled the task too: theirs wins
+        return verdict(lease, exc, refused=refused, closed=closed, cancelled=cancelled)
 
     # -- shared steps ----------------------------------------------------------
     def _identity(self, meta: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
@@ -349,11 +362,10 @@ class LeaseLock:
                                    "lease_holder": busy.holder, "lease_token": busy.token})
         return busy
 
-    def _start(self, result: AcquireResult, started: float, secret: str, *,
-               register: bool = True) -> Lease:
+    def _start(self, result: AcquireResult, started: float, secret: str) -> Lease:
         assert result.record is not None
         lease = Lease(result.record, ttl=self.ttl, margin=self.margin, attempt_started=started,
-                      secret=secret)
+                      secret=secret, grace=self.grace)
         metrics.acquired(lease, time.monotonic() - started)
         if log.isEnabledFor(logging.INFO):
             log.info(
@@ -361,77 +373,95 @@ class LeaseLock:
                 extra={"lease_event": "acquire", "lease_key": lease.key,
                        "lease_token": lease.token, "lease_holder": lease.holder},
             )
-        if register:
-            get_heartbeat().add(lease, self.store, self.heartbeat)
+        get_heartbeat().add(lease, self.store, self.heartbeat)
         return lease
 
 
 
 class Hold:
-    """The context manager ``hold()`` and ``hold_adopted()`` return.
-
-    Enter and exit are ``guarded`` (no interrupt lands in their frames) and
-    their store calls run shielded, so an interrupt never cuts the library's
-    bookkeeping short: a lease is either armed and released, or never taken.
-    """
+    """The context manager ``hold()`` and ``hold_adopted()`` return."""
 
     def __init__(self, lock: LeaseLock, take: Callable[[], Lease], *, release: bool) -> None:
+        if lock.on_lost == "cancel":
+            raise ConfigurationError("on_lost='cancel' applies to hold_async() only: a thread "
+                                     "cannot be cancelled; use 'exit' or 'check' with hold()")
         self.lock = lock
         self._take = take
         self._release = release
         self.lease: Lease | None = None
-        self.block: interrupt.Block | None = None
 
-    @interrupt.guarded
     def __enter__(self) -> Lease:
-        depth = interrupt.depth()
-        self.lease = lease = self._take()  # granted with this thread's shield up
-        try:  # whatever lands from here on (a KeyboardInterrupt), __exit__ cleans up
-            get_heartbeat().add(lease, self.lock.store, self.lock.heartbeat)
-            if self.lock.on_lost == "interrupt":
-                self.block = interrupt.arm(lease)
-                self.block.abandon = lambda: self.lock._end(lease, self._release)
-            pending = interrupt.shield_down()
-            if pending is not None:  # lost meanwhile (ours or an outer block's)
-                interrupt.deliver(pending)  # as if at the block's first bytecode
-        except BaseException as exc:
-            interrupt.depth(depth)  # the shield as before, whether lowered or not
-            self.__exit__(type(exc), exc, exc.__traceback__)  # LeaseLost if ours
-            raise
+        self.lease = lease = self._take()
+        if self.lock.on_lost == "exit" and not lease.arm_fail_stop():
+            self.lock._end(lease, self._release)  # lost before the block began
+            raise LeaseLost(lease.key, lease.token, lease.lost_reason or "")
         return lease
 
-    @interrupt.guarded
     def __exit__(self, etype: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> Literal[False]:
-        lease, block = self.lease, self.block
+        lease = self.lease
         assert lease is not None
-        interrupt.shield_up()
+        if lease.pid != os.getpid():
+            return False  # a forked child leaving the block: the lease is its parent's
+        lease.disarm()
         closed = not lease.released and time.monotonic() >= lease.trusted_until
-        for inner in interrupt.disarm(block) if block is not None else []:
-            try:
-                inner.abandon()  # a hold inside ours whose exit was cut short
-            except Exception:
-                log.exception("could not end the lease of an abandoned block")
         refused = self.lock._end(lease, self._release)
-        pending = interrupt.shield_down()
-        error = verdict(lease, block, exc, refused=refused, closed=closed)
-        if pending is not None:
-            interrupt.deliver(pending)  # an outer block's loss: it wins
+        error = verdict(lease, exc, refused=refused, closed=closed)
         if error is not None:
             raise error from exc
         return False
 
 
-def verdict(lease: Lease, block: interrupt.Block | None, exc: BaseException | None, *,
-            refused: bool, closed: bool) -> LeaseLost | None:
-    """How a block ends: ``LeaseLost`` when its own interrupt ended it, or when
-    it ended normally although its lease was lost (flagged, refused by the store
+class Canceller:
+    """``on_lost="cancel"``: on loss, cancel the task that entered the block,
+    and again every ``RECANCEL`` seconds until the block ends, so a task that
+    swallowed one cancel (``wait_for`` on Python 3.10/3.11 does) meets the
+    next at its next ``await``. Runs on the task's loop only."""
+
+    RECANCEL = 0.01
+
+    def __init__(self, lease: Lease) -> None:
+        self.loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = task
+        self.count = 0  # cancels of ours: undone at the end (Python 3.11+)
+        self.active = True
+        self.fired = False
+        lease.on_lost(self._lost)
+
+    def _lost(self, _lease: Lease) -> None:  # on the heartbeat's thread
+        with contextlib.suppress(RuntimeError):  # a closed loop: the block is long gone
+            self.loop.call_soon_threadsafe(self._cancel)
+
+    def _cancel(self) -> None:
+        if not self.active:
+            return
+        self.fired = True
+        if self.task.cancel("lease lost"):
+            self.count += 1
+        self.loop.call_later(self.RECANCEL, self._cancel)
+
+    def stop(self) -> bool:
+        """No more cancels; True if any was made (the block ends ``LeaseLost``)."""
+        self.active = False
+        return self.fired
+
+    def cancelled_by_others(self) -> bool:
+        """Undo our cancels; True if a cancel from someone else is left."""
+        if sys.version_info < (3, 11):
+            return False
+        for _ in range(self.count):
+            self.task.uncancel()
+        return self.task.cancelling() > 0
+
+
+def verdict(lease: Lease, exc: BaseException | None, *, refused: bool, closed: bool,
+            cancelled: bool = False) -> LeaseLost | None:
+    """How a block ends: ``LeaseLost`` when our cancel ended it, or when it
+    ended normally although its lease was lost (flagged, refused by the store
     at release, or past its trust window); else as it would have."""
-    own = block is not None and (isinstance(exc, block.error) or (
-        block.cancelled and isinstance(exc, asyncio.CancelledError)))
-    if block is not None and block.cancelled and block.task is not None \
-            and sys.version_info >= (3, 11):
-        block.task.uncancel()
+    own = cancelled and isinstance(exc, asyncio.CancelledError)
     if not own and (exc is not None or not (lease.lost or refused or closed)):
         return None
     reason = lease.lost_reason or ("the store no longer had the lease at release" if refused

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
-from . import interrupt
 from .errors import CorruptRecord
 from .record import AcquireResult, LeaseRecord
 
@@ -27,11 +26,6 @@ EventKind = Literal["acquired", "released", "broken", "lost"]
 
 #: One renewal of a batch: (key, secret, token, ttl).
 RenewItem = tuple[str, str, int, float]
-
-#: The store methods that run with the caller's loss interrupts held back.
-#: ``wait_for_release`` is not one: a wait must stay interruptible.
-SHIELDED_OPERATIONS = ("acquire", "renew", "renew_many", "release", "get", "list",
-                       "force_release", "history", "record_event")
 
 #: How many history events a store keeps per key before trimming the oldest.
 HISTORY_LIMIT = 100
@@ -79,15 +73,6 @@ class LeaseStore(ABC):
     #: heartbeat batches only then (otherwise parallel single renewals on its
     #: pool are faster, and one slow call does not hold back the others).
     batch_renewals: bool = False
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Every store's own operations run shielded from loss interrupts
-        (see ``interrupt.shielded``): job code inside a hold may call a store,
-        and a store must never be left half way through a query."""
-        super().__init_subclass__(**kwargs)
-        for name in SHIELDED_OPERATIONS:
-            if name in cls.__dict__:
-                setattr(cls, name, interrupt.shielded(cls.__dict__[name]))
 
     @abstractmethod
     def acquire(

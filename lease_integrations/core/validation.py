@@ -28,7 +28,9 @@ META_MAX_DEPTH: Final = 16
 _INT_MIN: Final = -(2**63)
 _INT_MAX: Final = 2**63 - 1
 
-ON_LOST_POLICIES: Final = ("interrupt", "check")
+#: What a loss does to a running block: ``exit`` ends the process (the
+#: default), ``check`` only reports it, ``cancel`` cancels a ``hold_async()`` task.
+ON_LOST_POLICIES: Final = ("exit", "check", "cancel")
 ON_BUSY_POLICIES: Final = ("skip", "fail", "wait")
 
 
@@ -95,7 +97,10 @@ def validate_wait(wait: object) -> float | None:
 def validate_policy(value: object, allowed: tuple[str, ...], name: str) -> str:
     if value not in allowed:
         choices = ", ".join(repr(a) for a in allowed)
-        raise ConfigurationError(f"{name}={value!r} is not a valid policy; choose one of {choices}")
+        hint = (" ('interrupt' was replaced by 'exit': a lost lease ends the process)"
+                if value == "interrupt" and allowed is ON_LOST_POLICIES else "")
+        raise ConfigurationError(
+            f"{name}={value!r} is not a valid policy; choose one of {choices}{hint}")
     return str(value)
 
 

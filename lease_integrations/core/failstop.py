@@ -1,0 +1,154 @@
+"""Fail-stop: a ``hold()`` block whose lease is lost ends the process running it.
+
+CPython cannot stop one thread of a process safely: an exception injected into
+running code leaves stdlib locks held and state half-written in a process that
+keeps running. A process can be stopped safely, with everything it started, so
+that is what a loss does under ``on_lost="exit"`` (as Airflow's supervisor ends
+a task, and client-go's leader election exits): one bounded ladder on the
+thread that found the loss.
+
+1. one log line naming the lease, token, reason and exit status; logs flushed;
+2. the lease's ``on_lost`` callbacks;
+3. the face's stop hooks (``stop_hook``: Airflow's ``task.on_kill()``, Prefect
+   reporting the run Crashed);
+4. the process's other leases released;
+5. every descendant process frozen, sent SIGTERM, and SIGKILL after ``grace``;
+6. ``os._exit(EXIT_STATUS)``.
+
+Timing: steps 1-4 share what is left of ``STOP_SHARE * margin`` once ``grace``
+is set aside, so the whole ladder ends ``STOP_SHARE * margin`` after the
+trust window closed: before the store can grant the lease to anyone else,
+with the rest of the margin for clock-rate drift and scheduling. Hence the rule
+``grace <= margin / 2`` that ``LeaseLock`` checks (steps 1-4 then get at least
+``0.3 * margin``). A process frozen longer than the margin (SIGSTOP, a VM
+pause) cannot act until it resumes: the fencing token covers that case.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, NoReturn
+
+from .descendants import end_descendants
+
+if TYPE_CHECKING:
+    from .lease import Lease, LostCallback
+
+log = logging.getLogger("lease_integrations")
+
+#: The status a process ends with when fail-stop ends it (EX_TEMPFAIL: the run
+#: may be retried; the lease is someone else's now).
+EXIT_STATUS = 75
+#: The ladder ends within this share of the margin after the trust window closed.
+STOP_SHARE = 0.8
+
+_hooks: list[Callable[[], object]] = []
+_hooks_lock = threading.Lock()
+_stopping = threading.Lock()  # one ladder per process; a second loss waits for the exit
+
+
+@contextmanager
+def stop_hook(hook: Callable[[], object]) -> Iterator[None]:
+    """While the block runs, ``hook()`` is step 3 of the ladder: how a face
+    stops work the process does not own (an operator's external job, a run's
+    state at the orchestrator). Bounded in time like every step."""
+    with _hooks_lock:
+        _hooks.append(hook)
+    try:
+        yield
+    finally:
+        with _hooks_lock:
+            if hook in _hooks:
+                _hooks.remove(hook)
+
+
+def stop_process(lease: Lease, callbacks: list[LostCallback]) -> NoReturn:
+    """Run the ladder for ``lease`` (lost) and end the process."""
+    if not _stopping.acquire(blocking=False):
+        threading.Event().wait()  # another loss is ending the process already
+    budget = STOP_SHARE * lease.margin
+    deadline = time.monotonic() + max(0.0, budget - lease.grace)
+    try:
+        log.critical(
+            "lease %s (token %s) lost: %s; stopping this process and everything it started "
+            "(exit status %d)", lease.key, lease.token, lease.lost_reason, EXIT_STATUS,
+            extra={"lease_event": "fail_stop", "lease_key": lease.key,
+                   "lease_token": lease.token, "lease_holder": lease.holder})
+        _flush()
+        for callback in callbacks:
+            _bounded(functools.partial(callback, lease), deadline,
+                     f"on_lost callback {callback!r}")
+        with _hooks_lock:
+            hooks = list(reversed(_hooks))
+        for hook in hooks:
+            _bounded(hook, deadline, f"stop hook {hook!r}")
+        _bounded(lambda: _release_others(lease), deadline, "releasing the other leases")
+        end_descendants(lease.grace)
+        _flush()
+    finally:
+        os._exit(EXIT_STATUS)
+
+
+def _bounded(step: Callable[[], object], deadline: float, what: str) -> None:
+    """Run ``step`` on its own thread and wait for it until ``deadline``: a
+    hung callback or store must not keep the process alive past its lease."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        log.error("fail-stop: no time left for %s; skipped", what)
+        return
+
+    def run() -> None:
+        try:
+            step()
+        except BaseException:
+            log.exception("fail-stop: %s raised", what)
+
+    thread = threading.Thread(target=run, name="lease-fail-stop", daemon=True)
+    thread.start()
+    thread.join(remaining)
+    if thread.is_alive():
+        log.error("fail-stop: %s did not finish in time; going on", what)
+
+
+def _release_others(lost: Lease) -> None:
+    """Give back every other lease this process holds, in parallel: they are
+    healthy, and their next holders need not wait out their ttls."""
+    from .heartbeat import get_heartbeat
+
+    threads = []
+    for lease, store in get_heartbeat().held():
+        if lease is not lost:
+            thread = threading.Thread(target=store.release,
+                                      args=(lease.key, lease.secret, lease.token), daemon=True)
+            thread.start()
+            threads.append(thread)
+    for thread in threads:
+        thread.join()
+
+
+def _flush() -> None:
+    for handler in logging.getLogger().handlers + log.handlers:
+        with suppress(Exception):
+            handler.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(Exception):
+            stream.flush()
+
+
+def _after_fork() -> None:
+    """A forked child runs none of its parent's faces, and must be able to
+    run its own ladder."""
+    global _hooks_lock, _stopping
+    _hooks.clear()
+    _hooks_lock, _stopping = threading.Lock(), threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
