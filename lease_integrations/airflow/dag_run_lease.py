@@ -15,9 +15,10 @@ Every task created inside the block is guarded; ``with_dag_run_lease([t1,
 t2], ...)`` does the same for tasks that already exist. Both add an acquire
 (setup), a keeper (deferred to the triggerer) and a release (teardown) task;
 each guarded task adopts the run's lease for its ``execute``
-(``LeaseLock.hold_adopted``), so the core's trust window and interrupt apply
-to it. How it works, the secret, the keeper's stop rule and the guard's timing:
-``docs/airflow/dag-run-lease.md``.
+(``LeaseLock.hold_adopted``), so the core's trust window and fail-stop apply
+to it: a lost run lease runs the task's ``on_kill()`` (a ``BashOperator``
+stops its command) and ends the task's process. How it works, the secret,
+the keeper's stop rule and the guard's timing: ``docs/airflow/dag-run-lease.md``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lease_integrations import ConfigurationError, LeaseLost
+from lease_integrations.core import stop_hook
 
 from .connections import DEFAULT_CONN_ID
 from .options import LeaseOptions
@@ -152,8 +154,9 @@ def _guard(task: Any, acquire_task_id: str) -> None:
 def guard_hooks(acquire_task_id: str, previous_pre: Hook | None,
                 previous_post: Hook | None) -> tuple[Hook, Hook]:
     """``pre_execute``/``post_execute`` hooks for one work task (chaining any the
-    DAG author set): adopt the run's lease with the interrupt armed, so the
-    core's trust window and loss delivery apply to the task as to any holder."""
+    DAG author set): adopt the run's lease under fail-stop, so the core's
+    trust window and loss ladder apply to the task as to any holder, with the
+    task's own ``on_kill()`` as the ladder's stop hook."""
 
     def pre_execute(context: Any) -> None:
         leave_leftover_holds()
@@ -171,6 +174,7 @@ def guard_hooks(acquire_task_id: str, previous_pre: Hook | None,
                 log.error("not starting: the run's lease %s (token %s) is gone: %s", info.key,
                           info.token, lost.reason)
                 raise
+            stack.enter_context(stop_hook(context["task"].on_kill))
             open_holds.append(stack.pop_all())
         log.info("the run holds lease %s with token %s", info.key, info.token)
         context[CONTEXT_KEY] = info

@@ -16,7 +16,7 @@ from typing import Any
 from airflow.providers.standard.operators.python import PythonOperator
 
 from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock, LeaseStore, connect
-from lease_integrations.core import mask_url
+from lease_integrations.core import mask_url, stop_hook
 
 from .busy import earlier_try_wait, on_busy, remaining_wait, resumed_deadline
 from .connections import DEFAULT_CONN_ID, resolve_store_url
@@ -76,9 +76,11 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
     A retry whose lease is still held by an earlier, dead try of the same task
     instance waits for that lease to expire (at most its remaining ttl) instead
     of skipping or failing.
-    :param on_lost: ``interrupt`` (``LeaseInterrupted`` lands inside the callable)
-        or ``check`` (raised at the callable's next ``lease.check()``); either
-        way a try that lost its lease fails.
+    :param on_lost: ``exit`` (the default: the task process runs ``on_kill()``,
+        ends every process the callable started and exits with status 75, so
+        the try fails, as Airflow's own supervisor ends a task) or ``check``
+        (nothing is stopped; ``lease.check()`` raises, and the try fails when
+        the callable returns).
 
     In the callable the lease is ``context["lease"]`` (key, holder, token); the
     token is also pushed to XCom as ``lease_token`` for downstream fencing.
@@ -98,7 +100,7 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
         lease_conn_id: str = DEFAULT_CONN_ID,
         on_busy: str = "skip",
         wait_timeout: float | None = None,
-        on_lost: str = "interrupt",
+        on_lost: str = "exit",
         deferrable: bool = False,
         poll_interval: float = 5.0,
         defer_settle: float = DEFAULT_DEFER_SETTLE,
@@ -213,7 +215,8 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
                 context["lease"] = lease
                 context["ti"].xcom_push(key=XCOM_KEY, value=lease.token)
                 with release_on_sigterm(lambda: lock.release(lease),
-                                        f"lease {lease.key} (token {lease.token})"):
+                                        f"lease {lease.key} (token {lease.token})"), \
+                        stop_hook(self.on_kill):
                     return super().execute(context)
         except LeaseBusy as busy:
             if entered:

@@ -42,7 +42,7 @@ class LeaseOptions:
     lease_conn_id: str = DEFAULT_CONN_ID
     on_busy: str = "skip"
     wait_timeout: float | None = None
-    on_lost: str = "interrupt"
+    on_lost: str = "exit"
     deferrable: bool = False
     poll_interval: float = 5.0
     defer_settle: float = DEFAULT_DEFER_SETTLE

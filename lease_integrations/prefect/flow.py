@@ -11,17 +11,14 @@ Inside the run, a busy lease ends the run as Prefect states do: ``skip``
 returns a ``Cancelled`` state naming the holder (like Prefect's CANCEL_NEW),
 ``fail`` raises ``LeaseBusy`` (the run is Failed with the holder in the
 message), ``wait`` waits (``wait_timeout`` seconds, or for ever) and then
-fails. A lost lease interrupts the body (``LeaseInterrupted``; sync flows: in the
-thread running it; async flows: the task is cancelled), so the run ends
-Failed, never Completed.
-
-Prefect 3 runs a sync flow in the thread that calls it: the main thread for
-deployed runs (the runner and workers start a fresh process per run), where
-the interrupt is a signal that also cuts a blocking ``sleep`` or socket read
-short. A flow called from another thread is interrupted at its next
-bytecode instead: a body stuck in one long C call sees it when the call
-returns. Tasks the body submitted to a task runner are not interrupted; their
-writes are kept safe by the fencing token (``current_lease().token``).
+fails. A lost lease (``on_lost="exit"``, the default) reports the run
+Crashed with the reason and ends the process running it: the body, the task
+runs it submitted to a thread-pool runner, and every process it started
+(``lease_integrations.core.failstop``). Deployed runs get a process of their
+own from the runner or worker, so nothing else is stopped with it; a flow
+called in-process ends its caller too (``on_lost="check"`` for code that must
+outlive a loss: the run then ends Failed at the end of the body, never
+Completed; async flows also have ``"cancel"``).
 """
 
 from __future__ import annotations
@@ -40,6 +37,7 @@ from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock, 
 from lease_integrations.core import (
     ON_BUSY_POLICIES,
     ON_LOST_POLICIES,
+    stop_hook,
     validate_heartbeat,
     validate_policy,
     validate_ttl,
@@ -48,6 +46,7 @@ from lease_integrations.core import (
 
 from .annotate import annotate_async, annotate_sync
 from .context import bound, run_meta
+from .crash import crash_reporter
 from .keys import KeyTemplate, default_key
 from .quiet import SKIP_PREFIX, quiet_skips
 from .store import StoreSource
@@ -157,6 +156,7 @@ def _sync_wrapper(fn: Callable[..., Any], plan: LeasePlan) -> Callable[..., Any]
             except LeaseBusy as busy:
                 return plan.busy_outcome(busy)
             stack.enter_context(bound(lease, _run_id(ctx)))
+            stack.enter_context(stop_hook(crash_reporter(lease, _run_id(ctx))))
             plan.acquired(lease, lock.store)
             if plan.annotate and ctx is not None:
                 annotate_sync(ctx, lease)
@@ -183,6 +183,7 @@ def _async_wrapper(fn: Callable[..., Any], plan: LeasePlan) -> Callable[..., Any
             except LeaseBusy as busy:
                 return plan.busy_outcome(busy)
             stack.enter_context(bound(lease, _run_id(ctx)))
+            stack.enter_context(stop_hook(crash_reporter(lease, _run_id(ctx))))
             plan.acquired(lease, lock.store)
             if plan.annotate and ctx is not None:
                 await annotate_async(ctx, lease)
@@ -291,14 +292,14 @@ def leased_flow(__fn: F) -> Flow[Any, Any]: ...
 @overload
 def leased_flow(
     __fn: None = None, *, key: str | None = None, ttl: float = 30.0, store: Any = None,
-    on_busy: str = "skip", on_lost: str = "interrupt", wait_timeout: float | None = None,
+    on_busy: str = "skip", on_lost: str = "exit", wait_timeout: float | None = None,
     heartbeat: float | None = None, annotate: bool = True, **flow_kwargs: Any,
 ) -> Callable[[F], Flow[Any, Any]]: ...
 
 
 def leased_flow(
     __fn: Callable[..., Any] | None = None, *, key: str | None = None, ttl: float = 30.0,
-    store: Any = None, on_busy: str = "skip", on_lost: str = "interrupt",
+    store: Any = None, on_busy: str = "skip", on_lost: str = "exit",
     wait_timeout: float | None = None, heartbeat: float | None = None, annotate: bool = True,
     **flow_kwargs: Any,
 ) -> Any:
@@ -309,8 +310,10 @@ def leased_flow(
     ``LeaseStoreBlock`` or a ``LeaseStore``; by default ``$LEASE_STORE_URL``,
     else the embedded SQLite file. ``on_busy`` is ``skip`` (Cancelled),
     ``fail`` (Failed) or ``wait`` (up to ``wait_timeout`` s, then Failed);
-    ``on_lost`` is ``interrupt`` (stop the body at once) or ``check`` (raise at
-    the next ``current_lease().check()``); either way the run ends Failed.
+    ``on_lost`` is ``exit`` (report the run Crashed and end the process running
+    it, with its task runs and child processes), ``check`` (nothing is stopped;
+    ``current_lease().check()`` raises, and the run ends Failed) or, for async
+    flows, ``cancel`` (the body is cancelled at every await; the run ends Failed).
     ``annotate`` tags the run ``lease:<key>`` and adds an artifact naming the
     key and token. Every other argument goes to ``@flow`` unchanged.
     """

@@ -8,7 +8,9 @@ one step must be exclusive (the rest may overlap freely).
 
 Works with ``async with`` too. A busy lease raises ``LeaseBusy`` (naming the
 holder) after ``wait`` seconds, so the task fails or retries under Prefect's
-own task retry settings; a lost lease interrupts the block (``LeaseLost``).
+own task retry settings; a lost lease ends the process (``on_lost="exit"``,
+reporting the flow run Crashed first) or, with ``"check"``, ends the block
+with ``LeaseLost``.
 Inside the block ``current_lease()`` returns this lease.
 """
 
@@ -22,6 +24,7 @@ from typing import Any
 from lease_integrations import ConfigurationError, Lease, LeaseLock
 from lease_integrations.core import (
     ON_LOST_POLICIES,
+    stop_hook,
     validate_heartbeat,
     validate_key,
     validate_policy,
@@ -30,6 +33,7 @@ from lease_integrations.core import (
 )
 
 from .context import active_flow_run_id, bound, run_meta
+from .crash import crash_reporter
 from .store import StoreSource
 
 
@@ -38,7 +42,7 @@ class leased:  # lower case: used like a function, `with leased("key"):`
 
     def __init__(
         self, key: str, ttl: float = 30.0, *, store: Any = None, wait: float | None = 0,
-        on_lost: str = "interrupt", heartbeat: float | None = None,
+        on_lost: str = "exit", heartbeat: float | None = None,
     ) -> None:
         self.key = validate_key(key)
         self.ttl = validate_ttl(ttl)
@@ -59,6 +63,7 @@ class leased:  # lower case: used like a function, `with leased("key"):`
         with ExitStack() as stack:
             lease = stack.enter_context(self._lock().hold(self.wait))
             stack.enter_context(bound(lease, active_flow_run_id()))
+            stack.enter_context(stop_hook(crash_reporter(lease, active_flow_run_id())))
             self._sync_stack = stack.pop_all()
         return lease
 
@@ -77,6 +82,7 @@ class leased:  # lower case: used like a function, `with leased("key"):`
         async with AsyncExitStack() as stack:
             lease = await stack.enter_async_context(lock.hold_async(self.wait))
             stack.enter_context(bound(lease, active_flow_run_id()))
+            stack.enter_context(stop_hook(crash_reporter(lease, active_flow_run_id())))
             self._async_stack = stack.pop_all()
         return lease
 
