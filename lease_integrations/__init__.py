@@ -8,6 +8,7 @@
 """
 
 from .core import (
+    LEASE_LOST_EXIT_STATUS,
     ConfigurationError,
     Lease,
     LeaseBusy,
@@ -26,6 +27,7 @@ from .stores import check_url, connect
 __version__ = "0.1.0"
 
 __all__ = [
+    "LEASE_LOST_EXIT_STATUS",
     "ConfigurationError",
     "Lease",
     "LeaseBusy",

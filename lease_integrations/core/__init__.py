@@ -16,7 +16,7 @@ from .errors import (
     StaleToken,
     StoreUnavailable,
 )
-from .failstop import EXIT_STATUS, stop_hook
+from .failstop import LEASE_LOST_EXIT_STATUS, stop_hook
 from .lease import Lease
 from .lock import LeaseLock
 from .record import AcquireResult, LeaseRecord
@@ -32,7 +32,7 @@ from .validation import (
 )
 
 __all__ = [
-    "EXIT_STATUS",
+    "LEASE_LOST_EXIT_STATUS",
     "ON_BUSY_POLICIES",
     "ON_LOST_POLICIES",
     "AcquireResult",

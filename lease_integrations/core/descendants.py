@@ -96,7 +96,7 @@ def _signal(processes: set[Process], signum: int) -> None:
                 os.kill(process[0], signum)
 
 
-def _freeze(root: int | None) -> set[Process]:
+def freeze(root: int | None = None) -> set[Process]:
     """SIGSTOP the whole tree below us (or ``root`` and its tree), walking again
     until no new process shows up (one may fork between a walk and its SIGSTOP)."""
     frozen: set[Process] = set()
@@ -119,7 +119,7 @@ def end_descendants(grace: float, root: int | None = None) -> int:
     """Freeze every descendant (or ``root`` and its descendants), then SIGTERM
     (and SIGCONT, so a stopped process can act on it), wait up to ``grace``
     seconds, SIGKILL whatever is left. Returns how many processes there were."""
-    tree = _freeze(root)
+    tree = freeze(root)
     if not tree:
         return 0
     _signal(tree, signal.SIGTERM)
@@ -134,3 +134,20 @@ def end_descendants(grace: float, root: int | None = None) -> int:
             break
         _signal(left, signal.SIGKILL)
     return len(tree)
+
+
+def end_after_exit(tree: set[Process], grace: float) -> None:
+    """End a frozen ``tree`` from a small shell process, after this one has
+    exited: a child's death would wake a thread of ours that waits for it
+    (``Popen.wait``), and that thread would run on. Frozen, the tree does no
+    work meanwhile; the shell sends SIGTERM and SIGCONT, then SIGKILL after
+    ``grace`` seconds to whatever is left."""
+    pids = " ".join(str(pid) for pid, _ in tree if _alive((pid, _)))
+    if not pids:
+        return
+    script = (f"kill -TERM {pids}; kill -CONT {pids}; i=0; "
+              f"while [ $i -lt {max(1, int(grace * 100))} ] && kill -0 {pids}; "
+              f"do sleep 0.01; i=$((i+1)); done; kill -KILL {pids}")
+    subprocess.Popen(["/bin/sh", "-c", script], start_new_session=True,
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL)

@@ -12,12 +12,14 @@ thread that found the loss.
 3. the face's stop hooks (``stop_hook``: Airflow's ``task.on_kill()``, Prefect
    reporting the run Crashed);
 4. the process's other leases released;
-5. every descendant process frozen, sent SIGTERM, and SIGKILL after ``grace``;
-6. ``os._exit(EXIT_STATUS)``.
+5. every descendant process frozen (SIGSTOP), handed to a small shell that
+   sends SIGTERM and, after ``grace``, SIGKILL;
+6. ``os._exit(LEASE_LOST_EXIT_STATUS)``, at once: a child that died while we
+   still ran would wake the thread waiting for it, and that thread would run on.
 
 Timing: steps 1-4 share what is left of ``STOP_SHARE * margin`` once ``grace``
-is set aside, so the whole ladder ends ``STOP_SHARE * margin`` after the
-trust window closed: before the store can grant the lease to anyone else,
+is set aside, so the whole ladder, the descendants' grace included, ends
+``STOP_SHARE * margin`` after the trust window closed: before the store can grant the lease to anyone else,
 with the rest of the margin for clock-rate drift and scheduling. Hence the rule
 ``grace <= margin / 2`` that ``LeaseLock`` checks (steps 1-4 then get at least
 ``0.3 * margin``). A process frozen longer than the margin (SIGSTOP, a VM
@@ -36,7 +38,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, NoReturn
 
-from .descendants import end_descendants
+from .descendants import end_after_exit, freeze
 
 if TYPE_CHECKING:
     from .lease import Lease, LostCallback
@@ -45,7 +47,7 @@ log = logging.getLogger("lease_integrations")
 
 #: The status a process ends with when fail-stop ends it (EX_TEMPFAIL: the run
 #: may be retried; the lease is someone else's now).
-EXIT_STATUS = 75
+LEASE_LOST_EXIT_STATUS = 75
 #: The ladder ends within this share of the margin after the trust window closed.
 STOP_SHARE = 0.8
 
@@ -78,7 +80,7 @@ def stop_process(lease: Lease, callbacks: list[LostCallback]) -> NoReturn:
     try:
         log.critical(
             "lease %s (token %s) lost: %s; stopping this process and everything it started "
-            "(exit status %d)", lease.key, lease.token, lease.lost_reason, EXIT_STATUS,
+            "(exit status %d)", lease.key, lease.token, lease.lost_reason, LEASE_LOST_EXIT_STATUS,
             extra={"lease_event": "fail_stop", "lease_key": lease.key,
                    "lease_token": lease.token, "lease_holder": lease.holder})
         _flush()
@@ -90,10 +92,11 @@ def stop_process(lease: Lease, callbacks: list[LostCallback]) -> NoReturn:
         for hook in hooks:
             _bounded(hook, deadline, f"stop hook {hook!r}")
         _bounded(lambda: _release_others(lease), deadline, "releasing the other leases")
-        end_descendants(lease.grace)
+        frozen = freeze()  # no descendant works from here on
         _flush()
+        end_after_exit(frozen, lease.grace)
     finally:
-        os._exit(EXIT_STATUS)
+        os._exit(LEASE_LOST_EXIT_STATUS)
 
 
 def _bounded(step: Callable[[], object], deadline: float, what: str) -> None:

@@ -183,6 +183,18 @@ class LeaseLock:
         the release or the trust window closed: never as a success."""
         return Hold(self, lambda: self.acquire(wait, meta=meta), release=True)
 
+    def run_in_subprocess(self, target: Callable[..., Any], args: tuple[Any, ...] = (),
+                          kwargs: Mapping[str, Any] | None = None, *,
+                          wait: float | None = 0) -> Any:
+        """Run ``target(*args, **kwargs)`` under the lease in a child process
+        and return its result. On loss the child and every process it started
+        are ended and this raises ``LeaseLost``; the caller is never stopped,
+        whatever ``on_lost`` says: for services and notebooks that must
+        outlive a loss. The child reads its fencing token from ``LEASE_TOKEN``."""
+        from .isolated import run_in_subprocess
+
+        return run_in_subprocess(self, target, tuple(args), dict(kwargs or {}), wait)
+
     # -- adopt: continue a lease another process acquired ---------------------
     def adopt(self, token: int, secret: str) -> Lease:
         """Continue the lease with ``token`` that another process acquired and
