@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, NoReturn
 
@@ -71,8 +72,11 @@ def stop_hook(hook: Callable[[], object]) -> Iterator[None]:
                 _hooks.remove(hook)
 
 
-def stop_process(lease: Lease, callbacks: list[LostCallback]) -> NoReturn:
-    """Run the ladder for ``lease`` (lost) and end the process."""
+def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = None,
+                 ) -> NoReturn:
+    """Run the ladder for ``lease`` (lost) and end the process. ``started``:
+    work begun before the ladder (recording the loss in the store's history);
+    if a ``Future``, it gets the ladder's first slot of time."""
     if not _stopping.acquire(blocking=False):
         threading.Event().wait()  # another loss is ending the process already
     budget = STOP_SHARE * lease.margin
@@ -84,6 +88,10 @@ def stop_process(lease: Lease, callbacks: list[LostCallback]) -> NoReturn:
             extra={"lease_event": "fail_stop", "lease_key": lease.key,
                    "lease_token": lease.token, "lease_holder": lease.holder})
         _flush()
+        if isinstance(started, Future):  # a quarter at most: the store may be why we lost it
+            now = time.monotonic()
+            _bounded(started.result, now + max(0.0, deadline - now) / 4,
+                     "recording the loss in the store's history")
         for callback in callbacks:
             _bounded(functools.partial(callback, lease), deadline,
                      f"on_lost callback {callback!r}")

@@ -16,7 +16,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from . import metrics
@@ -200,7 +200,7 @@ class Heartbeat:
             ready = [e for e in batch if not e.in_flight and e.active]
             for e in ready:
                 e.in_flight = True
-        if ready and not self._submit(self._renew, ready):
+        if ready and self._submit(self._renew, ready) is None:
             with self._cond:
                 for e in ready:
                     e.in_flight = False
@@ -284,16 +284,15 @@ class Heartbeat:
             self._report_lost(entry, "the store refused the renewal: the lease expired or was "
                                      "taken over or broken")
 
-    def _submit(self, fn: Callable[..., None], *args: object) -> bool:
-        """Hand work to the renewal pool; False once the interpreter is
+    def _submit(self, fn: Callable[..., None], *args: object) -> Future[None] | None:
+        """Hand work to the renewal pool; None once the interpreter is
         shutting down (the process is exiting: nothing left to protect)."""
         if self._pool is None:
-            return False
+            return None
         try:
-            self._pool.submit(fn, *args)
+            return self._pool.submit(fn, *args)
         except RuntimeError:
-            return False
-        return True
+            return None
 
     def _report_lost(self, entry: _Entry, reason: str) -> None:
         lease = entry.lease

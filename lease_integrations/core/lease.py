@@ -164,7 +164,8 @@ class Lease:
         False if the lease was already lost or released (loss is reported once).
 
         ``before_callbacks`` runs first: whatever must not be lost when the
-        process ends (recording the loss in the store's history) starts there."""
+        process ends (recording the loss in the store's history) starts there;
+        if it returns a ``Future``, fail-stop waits for it (bounded)."""
         with self._mutex:
             if self.lost.is_set() or self.released:
                 return False
@@ -181,12 +182,11 @@ class Lease:
             extra={"lease_event": "lost", "lease_key": self.key, "lease_token": self.token,
                    "lease_holder": self.holder},
         )
-        if before_callbacks is not None:
-            before_callbacks()
+        started = before_callbacks() if before_callbacks is not None else None
         if stop:
             from .failstop import stop_process
 
-            stop_process(self, callbacks)
+            stop_process(self, callbacks, started)
         for callback in callbacks:
             _run_callback(callback, self)
         return True

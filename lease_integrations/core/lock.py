@@ -426,11 +426,10 @@ class Hold:
 
 class Canceller:
     """``on_lost="cancel"``: on loss, cancel the task that entered the block,
-    and again every ``RECANCEL`` seconds until the block ends, so a task that
+    and again on every turn of its loop until the block ends, so a task that
     swallowed one cancel (``wait_for`` on Python 3.10/3.11 does) meets the
-    next at its next ``await``. Runs on the task's loop only."""
-
-    RECANCEL = 0.01
+    next at its very next ``await``, as in Trio's cancel scopes. Runs on the
+    task's loop only."""
 
     def __init__(self, lease: Lease) -> None:
         self.loop = asyncio.get_running_loop()
@@ -452,7 +451,7 @@ class Canceller:
         self.fired = True
         if self.task.cancel("lease lost"):
             self.count += 1
-        self.loop.call_later(self.RECANCEL, self._cancel)
+        self.loop.call_soon(self._cancel)  # again at its very next await
 
     def stop(self) -> bool:
         """No more cancels; True if any was made (the block ends ``LeaseLost``)."""

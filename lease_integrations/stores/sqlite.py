@@ -28,7 +28,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -243,16 +243,18 @@ class SqliteStore(LeaseStore):
             try:
                 if immediate:
                     conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield conn
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
+                yield conn
                 if conn.in_transaction:
                     conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise StoreUnavailable(f"SQLite error: {exc}", url=self.url) from exc
+            finally:
+                # Whatever did not commit (an error, a Ctrl-C landing anywhere
+                # after BEGIN) rolls back: an open transaction would keep the
+                # file write-locked for every other connection.
+                if conn.in_transaction:
+                    with suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
 
     @staticmethod
     def _schema_is_current(conn: sqlite3.Connection) -> bool:

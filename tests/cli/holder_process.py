@@ -1,11 +1,10 @@
 """A live lease holder for the break test, run as its own process:
 ``python holder_process.py URL KEY OUT_DIR``.
 
-It holds KEY under ``LeaseLock.hold()`` (policy ``interrupt``) and reports
-through files in OUT_DIR, each written atomically: ``ready`` (token and
-holder), ``callback`` (the lease.lost callback fired, with the reason),
-``raised`` (LeaseLost interrupted the block) or ``finished`` (it never did).
-After ``raised`` it waits for the test to create ``stop`` before exiting.
+It holds KEY under ``LeaseLock.hold()`` (policy ``exit``, the default) and
+reports through files in OUT_DIR, each written atomically: ``ready`` (token
+and holder), ``callback`` (the lease.lost callback fired, with the reason) or
+``finished`` (the block ended: fail-stop never ended the process).
 """
 
 from __future__ import annotations
@@ -39,16 +38,10 @@ def main(url: str, key: str, out: Path) -> None:
             put(out, "ready", f"{lease.token} {lease.holder}")
             deadline = time.monotonic() + HOLD_AT_MOST
             while time.monotonic() < deadline:
-                time.sleep(0.05)  # the "work"; LeaseLost lands here
-        put(out, "finished", "the block ended without LeaseLost")
+                time.sleep(0.05)  # the "work"; fail-stop ends the process here
+        put(out, "finished", "the block ended")
     except LeaseLost as exc:
-        put(out, "raised", str(exc))
-        # Live on like a worker process would, until the test has read the
-        # history: the "lost" event is written by a heartbeat worker after
-        # LeaseLost is raised, and an exiting process may not get that far.
-        deadline = time.monotonic() + HOLD_AT_MOST
-        while not (out / "stop").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        put(out, "finished", f"the block ended with {exc}")
     finally:
         store.close()
 

@@ -11,7 +11,8 @@ Shapes:
 - ``c-call``: the block runs on a worker thread inside ``time.sleep(20)``;
 - ``child``: the block starts a child in its own session (which starts a
   grandchild) and waits for it;
-- ``main-sleep`` / ``socket-read``: the main thread in a sleep or a read.
+- ``main-sleep`` / ``socket-read``: the main thread in a sleep or a read;
+- ``mixed``: two worker threads and the child (and grandchild) at once.
 Prints ``held TOKEN PID...`` (the job's descendants) once all work runs.
 """
 
@@ -58,7 +59,7 @@ def main() -> None:
     args = p.parse_args()
     store = connect(args.url)
     ticks = os.open(args.dir / "ticks", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    working = threading.Barrier(5 if args.shape == "threads" else 2)
+    working = threading.Barrier({"threads": 5, "mixed": 3}.get(args.shape, 2))
 
     def record_loss(lease: Lease) -> None:
         (args.dir / "lost").write_text(f"{time.time():.6f}")
@@ -96,7 +97,12 @@ def main() -> None:
                         pool.submit(work, f"thread{i}")
                     working.wait()
                     started(lease, [])
-            elif args.shape == "child":
+            elif args.shape in ("child", "mixed"):
+                pool = ThreadPoolExecutor(2)
+                if args.shape == "mixed":
+                    for i in range(2):
+                        pool.submit(work, f"thread{i}")
+                    working.wait()
                 child = subprocess.Popen([sys.executable, "-c", TICKER, str(args.dir / "ticks"),
                                           "1", TICKER], start_new_session=True)
                 while len({line.split()[1] for line in (args.dir / "ticks").read_text(

@@ -44,7 +44,7 @@ def test_hold_async_busy_and_wait(key: str) -> None:
 
 def test_loss_cancels_the_protected_task_and_raises_lease_lost(key: str) -> None:
     store = connect(f"memory://{key}")
-    lock = LeaseLock(store, key, ttl=1.5)
+    lock = LeaseLock(store, key, ttl=1.5, on_lost="cancel")
 
     async def main() -> None:
         async with lock.hold_async() as lease:

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from lease_integrations import LEASE_LOST_EXIT_STATUS, connect
+from lease_integrations import LEASE_LOST_EXIT_STATUS, LeaseLock, connect
 from tests.conftest import store_url_for
+from tests.safety.proxy import FaultProxy
 
 TTL = 3.0  # heartbeat 1 s, margin 0.6 s, grace 0.15 s
 HEARTBEAT, GRACE = TTL / 3, TTL / 5 / 4
@@ -31,7 +32,8 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return store_url_for(request, request.param, tmp_path)
 
 
-def start_job(url: str, key: str, shape: str, evidence: Path) -> tuple[subprocess.Popen[str], list[int]]:
+def start_job(url: str, key: str, shape: str, evidence: Path,
+              ) -> tuple[subprocess.Popen[str], list[int]]:
     job = subprocess.Popen(
         [sys.executable, "-m", "tests.core.failstop_job", url, key, shape, str(evidence),
          "--ttl", str(TTL), *(["--self-break"] if url.startswith("memory://") else [])],
@@ -73,15 +75,58 @@ def test_a_lost_lease_ends_the_whole_job(url: str, key: str, shape: str, tmp_pat
               f"process gone {ended - lost_at:+.3f} s after the loss was known")
         assert last_work <= lost_at + HEARTBEAT + GRACE, (last_work - lost_at, log[-5:])
         assert not any(who in ("after-sleep", "block-ended") for _, who in log)
-        # Frozen since the exit; ended by SIGTERM, or SIGKILL after the grace.
-        deadline = time.monotonic() + GRACE + 5
-        while [pid for pid in pids if alive(pid)]:
-            assert time.monotonic() < deadline, "a child process outlived the job"
-            time.sleep(0.01)
+        wait_gone(pids)  # frozen since the exit; ended by SIGTERM, or SIGKILL after the grace
         assert max((at for at, _ in ticks(tmp_path)), default=lost_at) == last_work
         if shape == "child":
             assert {"child0", "child1"} <= {who for _, who in log}, "no grandchild ran"
     finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, 9)
+
+
+def wait_gone(pids: list[int]) -> None:
+    deadline = time.monotonic() + GRACE + 5
+    while [pid for pid in pids if alive(pid)]:
+        assert time.monotonic() < deadline, "a child process outlived the job"
+        time.sleep(0.01)
+
+
+def test_trust_window_all_work_stops_before_the_contenders_grant(redis_url: str, key: str,
+                                                                  tmp_path: Path) -> None:
+    """The store stops answering the holder (a proxy that stops forwarding)
+    while a contender, which still reaches it, keeps trying. The holder's
+    threads, its child and grandchild must all have stopped before the store
+    granted the key again, by the store's own clock (one host: Redis ``TIME``
+    and ``time.time()`` read the same clock)."""
+    host, port = redis_url.split("//")[1].split("/")[0].split(":")
+    proxy = FaultProxy(host, int(port))
+    job, pids = start_job(f"redis://127.0.0.1:{proxy.port}/0", key, "mixed", tmp_path)
+    store = connect(redis_url)
+    try:
+        proxy.blackhole()
+        blackholed = time.time()
+        contender = LeaseLock(store, key, ttl=30.0, on_lost="check")
+        lease = contender.acquire(wait=TTL * 3)  # polls until the store's expiry
+        granted = lease.acquired_at
+        assert granted is not None
+        assert job.wait(timeout=10) == LEASE_LOST_EXIT_STATUS
+        wait_gone(pids)
+        log = ticks(tmp_path)
+        last_work = max(at for at, _ in log)
+        lost_at = float((tmp_path / "lost").read_text())
+        print(f"\ntrust window: blackholed at 0, loss known {lost_at - blackholed:+.3f} s, "
+              f"last work {last_work - blackholed:+.3f} s, grant {granted.timestamp() - blackholed:+.3f} s: "
+              f"the last work stopped {granted.timestamp() - last_work:.3f} s before the grant")
+        assert {"thread0", "thread1", "child0", "child1"} <= {who for _, who in log}
+        assert last_work < granted.timestamp(), (last_work, granted)
+        contender.release(lease)
+    finally:
+        proxy.close()
+        store.close()
         if job.poll() is None:
             job.kill()
             job.wait()

@@ -47,7 +47,7 @@ def test_randomised_soak(soak: Scenario) -> None:
         spawned += 1
         soak.spawn(name, url=url, ttl=TTL, wait=30, grants=10_000, seconds=seconds + 30,
                    hold=round(rng.uniform(0.05, 0.3), 3), writes=rng.randint(1, 4),
-                   policy=rng.choice(["interrupt", "check"]))
+                   policy=rng.choice(["exit", "check"]))
         alive.append(name)
 
     try:

@@ -63,7 +63,7 @@ def main() -> None:
     p.add_argument("--ttl", type=float, default=2.0)
     p.add_argument("--hold", type=float, default=0.3)
     p.add_argument("--writes", type=int, default=3)
-    p.add_argument("--policy", default="interrupt")
+    p.add_argument("--policy", default="check")
     p.add_argument("--wait", type=float, default=30.0)
     p.add_argument("--grants", type=int, default=1)
     p.add_argument("--seconds", type=float, default=120.0)
