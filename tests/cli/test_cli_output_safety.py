@@ -18,10 +18,17 @@ from lease_integrations import LeaseLock, LeaseStore, connect
 from lease_integrations.core import store as store_protocol
 from lease_integrations.stores.sqlite import path_from_url
 
+#: Invisible format characters a hand-made list missed (issue 24, item 6): the
+#: Arabic letter mark, the deprecated format controls, interlinear annotation,
+#: tag characters, the soft hyphen and the Mongolian vowel separator.
+INVISIBLE = ("\u061c", "\u206a", "\u206f", "\ufff9", "\ufffb", "\U000e0001", "\U000e0041",
+             "\U000e007f", "\u00ad", "\u180e")
 #: A newline that tries to start a forged row, a screen clear, a colour, an
-#: OSC title change ended by BEL, a C1 CSI, and a right-to-left override.
-EVIL = "x\nforged/key  held  mallory  99  1s  30s  dag=evil\x1b[2J\x1b[31m\x1b]0;pwned\x07\x9b1m\u202e"
-RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e")
+#: OSC title change ended by BEL, a C1 CSI, a right-to-left override, and
+#: the invisible characters above.
+EVIL = ("x\nforged/key  held  mallory  99  1s  30s  dag=evil\x1b[2J\x1b[31m\x1b]0;pwned\x07\x9b1m\u202e"
+        + "".join(INVISIBLE))
+RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e", *INVISIBLE)
 
 
 @pytest.fixture
@@ -54,6 +61,7 @@ def test_control_characters_in_meta_cannot_forge_rows_or_reach_the_terminal(
         rows = lines[header + 1:]
         assert len(rows) == 1 and rows[0].startswith(key), listing.out  # no forged row
         assert "x\\nforged/key" in rows[0] and "\\x1b[2J\\x1b[31m" in rows[0]
+        assert "\\u061c\\u206a\\u206f\\ufff9\\ufffb\\U000e0001" in rows[0]
 
         shown = leasectl("--url", cli_url, "show", key)
         assert shown.code == 0, shown.err
