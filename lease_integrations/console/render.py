@@ -6,7 +6,8 @@ the store decides when a lease expires.
 
 Every field comes from whoever wrote the record (holder names, meta, the
 breaker's ``--by``), so nothing reaches the terminal unescaped: ``emit``
-escapes control characters in each line it prints (a newline in meta cannot
+escapes control, format and other invisible characters (by Unicode
+category, see ``core.text``) in each line it prints (a newline in meta cannot
 forge a table row, an ESC sequence cannot recolour or rewrite the screen),
 and ``dumps`` prints strict JSON (no bare ``NaN``).
 """
@@ -23,27 +24,18 @@ from typing import Any
 
 from ..core.record import LeaseRecord
 from ..core.store import LeaseEvent
+from ..core.text import printable
 
 #: The random suffix of a holder id (see ``new_holder_id``): dropped in the
 #: compact timeline, where ``host:pid`` is what a person recognises.
 _HOLDER_SUFFIX = re.compile(r":[0-9a-f]{16}$")
 
 
-#: C0 and C1 controls, DEL, and the invisible format characters that reorder
-#: or hide text (bidi overrides, zero-width, line/paragraph separators).
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escape_char(m: re.Match[str]) -> str:
-    c = m.group(0)
-    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
-
-
 def escape(text: object) -> str:
-    """``text`` with every control character shown as an escape (``\\n``,
-    ``\\x1b``, ``\\u202e``): what was stored, made visible and inert."""
-    return _CONTROL.sub(_escape_char, str(text))
+    """``text`` with every control, format, surrogate or otherwise invisible
+    character shown as an escape (``\\n``, ``\\x1b``, ``\\u202e``): what was
+    stored, made visible and inert. The core's one rule (``printable``)."""
+    return printable(text)
 
 
 def emit(line: object = "") -> None:

@@ -21,6 +21,7 @@ from .lease import Lease
 from .lock import LeaseLock
 from .record import AcquireResult, LeaseRecord
 from .store import LeaseEvent, LeaseStore, RecordList
+from .text import printable
 from .validation import (
     ON_BUSY_POLICIES,
     ON_LOST_POLICIES,
@@ -50,6 +51,7 @@ __all__ = [
     "StaleToken",
     "StoreUnavailable",
     "mask_url",
+    "printable",
     "resolve_url",
     "stop_hook",
     "validate_heartbeat",

@@ -49,17 +49,7 @@ def parse_url(url: str) -> SplitResult:
     is refused: ``urlsplit`` (and libpq, and redis-py) would cut it at that
     character and send part of the password as host, port or path, and
     print it in their errors. The message names the fix, never the value."""
-    remember(url)
-    match = _SCHEME_SLASHES.match(url)
-    if match is not None:
-        userinfo, _ = split_credentials(url[match.end():])
-        if userinfo is not None and any(c in userinfo for c in "/?#@"):
-            raise ConfigurationError(
-                f"store URL {mask_url(url)!r}: its user name or password contains an "
-                "unencoded '/', '?', '#' or '@'; percent-encode them "
-                "(urllib.parse.quote(password, safe='')); an '@' in a query value is "
-                "written %40"
-            )
+    check_credentials(url)
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -81,6 +71,26 @@ def parse_url(url: str) -> SplitResult:
             "redis://, rediss://, postgresql:// or mongodb://"
         )
     return parts
+
+
+def check_credentials(url: str) -> None:
+    """Refuse a user name or password with an unencoded ``/``, ``?``, ``#`` or
+    ``@``: every parser after this one (``urlsplit``, libpq, redis-py, the
+    Redis host-list parser) would cut the URL at that character and quote
+    part of the password as a host, port or path in its errors. Multi-host
+    URLs, which skip ``parse_url``, need this check as much as the others."""
+    remember(url)
+    match = _SCHEME_SLASHES.match(url)
+    if match is None:
+        return
+    userinfo, _ = split_credentials(url[match.end():])
+    if userinfo is not None and any(c in userinfo for c in "/?#@"):
+        raise ConfigurationError(
+            f"store URL {mask_url(url)!r}: its user name or password contains an "
+            "unencoded '/', '?', '#' or '@'; percent-encode them "
+            "(urllib.parse.quote(password, safe='')); an '@' in a query value is "
+            "written %40"
+        )
 
 
 def query_options(parts: SplitResult, allowed: dict[str, type], url: str) -> dict[str, object]:
@@ -116,5 +126,5 @@ def query_options(parts: SplitResult, allowed: dict[str, type], url: str) -> dic
     return options
 
 
-__all__ = ["ENV_URL", "default_state_dir", "default_url", "mask_url", "parse_url",
+__all__ = ["ENV_URL", "check_credentials", "default_state_dir", "default_url", "mask_url", "parse_url",
            "query_options", "resolve_url"]

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from .redact import mask_url, redact
+from .text import printable
 
 if TYPE_CHECKING:
     from .record import LeaseRecord
@@ -72,9 +73,10 @@ class LeaseBusy(LeaseError):
         when = _fmt_time(self.expires_at)
         about = describe_meta(self.meta)
         about = f" ({about})" if about else ""
+        # The holder is named by whoever took the lease, like meta: escaped alike.
         return (
-            f"lease {self.key!r} is held by {self.holder}{about} with token {self.token}, "
-            f"until {when} unless renewed"
+            f"lease {self.key!r} is held by {_printable(self.holder)}{about} with token "
+            f"{self.token}, until {when} unless renewed"
         )
 
 
@@ -125,12 +127,10 @@ def describe_meta(meta: dict[str, Any]) -> str:
 
 
 def _printable(value: object) -> str:
-    """Meta is whatever a holder stored: a newline or an escape code in it must
-    not forge a log line or reach a terminal, so show such characters escaped."""
-    text = str(value)
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    """Meta and the holder name are whatever a holder stored: a newline or an
+    escape code in them must not forge a log line or reach a terminal. The
+    one rule for that is ``core.text.printable`` (leasectl and the UI use it too)."""
+    return printable(value)
 
 
 def _fmt_time(value: datetime | None) -> str:

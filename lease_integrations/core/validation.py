@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from .errors import ConfigurationError
+from .text import printable
 
 #: Keys are printed in logs and CLIs, used as Redis keys, SQL values and Mongo
 #: ids: one conservative character set keeps them portable and unambiguous.
@@ -111,7 +112,8 @@ def validate_meta(meta: object, name: str = "meta") -> dict[str, Any]:
     Rules: a dict with ``str`` keys whose values are ``None``, ``bool``,
     ``int`` (64-bit), finite ``float``, ``str``, or lists/dicts of those
     (nested at most ``META_MAX_DEPTH`` deep); no ``\\x00`` in any key or
-    string (PostgreSQL's jsonb cannot store it, so it is refused everywhere);
+    string (PostgreSQL's jsonb cannot store it, so it is refused everywhere)
+    and no lone surrogate (no UTF-8 form);
     at most ``META_MAX_BYTES`` as compact UTF-8 JSON. Checked before any
     store call, so a bad value is a configuration error, never an outage,
     and never reaches a record. A huge value is refused as soon as the walk
@@ -141,6 +143,19 @@ def _spend(budget: list[int], n: int, path: str) -> None:
             "fields about the holder")
 
 
+def _check_encodable(text: str, path: str) -> None:
+    """A lone surrogate (what a ``"\\ud800"`` JSON escape decodes to) has no
+    UTF-8 form: no store keeps it alike, and no terminal or web page can print
+    it. Refused here as the configuration error it is, never a
+    ``UnicodeEncodeError`` from deep inside a store or a printer."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigurationError(
+            f"{path} contains a lone surrogate ({printable(text[exc.start])} at position "
+            f"{exc.start}), which cannot be stored as UTF-8") from None
+
+
 def _json_value(value: object, path: str, depth: int, budget: list[int]) -> Any:
     if value is None or isinstance(value, bool):
         _spend(budget, 4, path)
@@ -159,6 +174,7 @@ def _json_value(value: object, path: str, depth: int, budget: list[int]) -> Any:
         _spend(budget, len(value), path)
         if "\x00" in value:
             raise ConfigurationError(f"{path} contains a NUL character (\\x00)")
+        _check_encodable(value, path)
         return str(value)
     if depth >= META_MAX_DEPTH:
         raise ConfigurationError(f"{path} is nested more than {META_MAX_DEPTH} levels deep")
@@ -172,6 +188,7 @@ def _json_value(value: object, path: str, depth: int, budget: list[int]) -> Any:
             _spend(budget, len(k) + 3, child)
             if "\x00" in k:
                 raise ConfigurationError(f"{child}: the key contains a NUL character (\\x00)")
+            _check_encodable(k, f"{child}: the key")
             out[str(k)] = _json_value(v, child, depth + 1, budget)
         return out
     if isinstance(value, (list, tuple)):

@@ -10,13 +10,14 @@ by hand with ``prefect block register -m lease_integrations.prefect.block``.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import SplitResult, quote, unquote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from prefect.blocks.core import Block
 from pydantic import ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from lease_integrations import ConfigurationError, LeaseStore, check_url, connect
-from lease_integrations.core.redact import is_secret_name
+from lease_integrations.core.config import check_credentials
+from lease_integrations.core.redact import is_secret_name, split_credentials
 
 
 class LeaseStoreBlock(Block):  # type: ignore[misc]  # Block is untyped for mypy
@@ -43,16 +44,24 @@ class LeaseStoreBlock(Block):  # type: ignore[misc]  # Block is untyped for mypy
     @model_validator(mode="before")  # type: ignore[untyped-decorator]
     @classmethod
     def _move_password_out_of_url(cls, data: Any) -> Any:
-        """Keep the plain ``url`` field free of secrets, whatever the user pasted."""
+        """Keep the plain ``url`` field free of secrets, whatever the user pasted.
+
+        The user-info is found the way ``mask_url`` finds it (up to the last
+        ``@``), not by ``urlsplit``: that one cannot read a multi-host URL's
+        port list, and a raw ``/`` in the password would end its netloc early
+        and leave the password in ``url``. A raw ``/ ? # @`` is refused,
+        asking for percent-encoding, before anything is split."""
         if not isinstance(data, dict) or not isinstance(data.get("url"), str):
             return data
-        parts = urlsplit(data["url"])
-        if parts.password is None:
+        url = data["url"].strip()
+        check_credentials(url)
+        head, user, password, rest = _split(url)
+        if password is None:
             return data
         data = dict(data)
         if data.get("password") in (None, ""):
-            data["password"] = SecretStr(unquote(parts.password))
-        data["url"] = urlunsplit(_with_password(parts, None))
+            data["password"] = SecretStr(unquote(password))
+        data["url"] = _join(head, user, None, rest)
         return data
 
     @field_validator("url")  # type: ignore[untyped-decorator]
@@ -71,21 +80,29 @@ class LeaseStoreBlock(Block):  # type: ignore[misc]  # Block is untyped for mypy
         """The full URL with the password put back: for ``connect`` only, never log it."""
         if self.password is None:
             return self.url
-        parts = urlsplit(self.url)
-        return urlunsplit(_with_password(parts, self.password.get_secret_value()))
+        head, user, _, rest = _split(self.url)
+        return _join(head, user, quote(self.password.get_secret_value(), safe=""), rest)
 
     def connect(self) -> LeaseStore:
         return connect(self.get_url())
 
 
-def _with_password(parts: SplitResult, password: str | None) -> SplitResult:
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    port = f":{parts.port}" if parts.port else ""
-    auth = user  # urlsplit keeps the user name percent-encoded already
+def _split(url: str) -> tuple[str, str | None, str | None, str]:
+    """``scheme://``, the user (as written), the password (as written) and
+    everything after the ``@``; user and password are None when absent."""
+    head, sep, after = url.partition("://")
+    if not sep:
+        return url, None, None, ""
+    userinfo, rest = split_credentials(after)
+    if userinfo is None:
+        return head + sep, None, None, rest
+    user, colon, password = userinfo.partition(":")
+    return head + sep, user, password if colon else None, rest
+
+
+def _join(head: str, user: str | None, password: str | None, rest: str) -> str:
+    """The inverse of ``_split``, with ``password`` already percent-encoded."""
+    auth = user or ""
     if password is not None:
-        auth += ":" + quote(password, safe="")
-    netloc = (f"{auth}@" if auth else "") + host + port
-    return SplitResult(parts.scheme, netloc, parts.path, parts.query, parts.fragment)
+        auth += ":" + password
+    return head + (f"{auth}@" if auth else "") + rest

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ..core.config import mask_url, parse_url, resolve_url
+from ..core.config import check_credentials, mask_url, parse_url, resolve_url
 from ..core.errors import ConfigurationError
 from ..core.store import LeaseStore
 
@@ -44,6 +44,10 @@ MULTI_HOST = {"redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+senti
 def _scheme(url: str) -> str:
     head = url.partition("://")[0].lower()
     if head in MULTI_HOST:
+        # parse_url's port check does not fit a host list, but its check of the
+        # user-info does: without it a raw '/' or '@' in the password sends
+        # pieces of it into the host-list parser's errors.
+        check_credentials(url)
         return head
     return parse_url(url).scheme.lower()
 

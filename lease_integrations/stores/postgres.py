@@ -278,6 +278,28 @@ def _jsonb(value: Mapping[str, Any]) -> Jsonb:
     return Jsonb(dict(value), dumps=partial(json.dumps, default=str))
 
 
+def _conninfo_dict(conninfo: str, shown: str) -> dict[str, Any]:
+    """libpq's reading of ``conninfo``, or a ConfigurationError naming what is
+    wrong. psycopg's own error quotes the offending token whole, and that
+    token is usually the password (``invalid percent-encoded token:
+    "<password>"``): it must not reach a task log, so only the kind of
+    problem is kept."""
+    try:
+        return psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        text = str(exc)
+        if "space" in text:
+            why = "a raw space (write it as %20)"
+        elif "percent-encoded" in text:
+            why = ("a bad percent-escape ('%' must start %XX with two hex digits; "
+                   "a literal '%' is written %25)")
+        else:
+            why = "text libpq cannot read"
+        raise ConfigurationError(
+            f"PostgreSQL URL {shown!r}: its user name, password, host or database has {why}; "
+            "percent-encode them (urllib.parse.quote(password, safe=''))") from None
+
+
 class PostgresStore(LeaseStore):
     """Leases in a PostgreSQL table shared by every worker that can reach it."""
 
@@ -306,7 +328,7 @@ class PostgresStore(LeaseStore):
         # The client-side bound: the server's own timeout plus time to say so.
         self.call_timeout = self.statement_timeout + 1.0
         self._libpq = dict(libpq or {})
-        self._secret = str(psycopg.conninfo.conninfo_to_dict(conninfo).get("password") or "")
+        self._secret = str(_conninfo_dict(conninfo, self.url).get("password") or "")
         self._sql = self._compose()
         self._pool = Pool(self._connect)
         self._listener: tuple[int, Listener] | None = None

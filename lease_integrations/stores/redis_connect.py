@@ -30,7 +30,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..core.config import mask_url, query_options
+from ..core.config import check_credentials, mask_url, query_options
 from ..core.errors import ConfigurationError, StoreUnavailable
 from .redis_pool import FairBlockingConnectionPool
 
@@ -88,23 +88,30 @@ def _bad(url: str, why: str) -> ConfigurationError:
 
 
 def _hosts(url: str, hostlist: str) -> tuple[tuple[str, int], ...]:
-    """``host[:port][,host[:port]...]``; IPv6 hosts in brackets."""
+    """``host[:port][,host[:port]...]``; IPv6 hosts in brackets.
+
+    Errors name the host by its position, never by its text: a password
+    whose ``@`` was forgotten (``redis+cluster://:secret,h2:7001``) lands
+    here as a host or a port, and ``mask_url`` already shows the list with
+    such a port masked."""
     nodes = []
-    for item in hostlist.split(","):
+    for number, item in enumerate(hostlist.split(","), 1):
         item = item.strip()
+        which = f"host {number} of the host list"
         if not item:
-            raise _bad(url, "empty host in the host list")
+            raise _bad(url, f"{which} is empty")
         if item.startswith("["):
             host, _, rest = item[1:].partition("]")
             port_text = rest.removeprefix(":") if rest.startswith(":") else ""
             if rest and not rest.startswith(":"):
-                raise _bad(url, f"bad host {item!r}")
+                raise _bad(url, f"{which} is not [IPv6 address]:port")
         else:
             host, _, port_text = item.partition(":")
         if not host:
-            raise _bad(url, f"no host name in {item!r}")
+            raise _bad(url, f"{which} has no host name (a password goes before the '@': "
+                            "scheme://user:password@host:port,host:port)")
         if port_text and (not port_text.isdigit() or not 0 < int(port_text) < 65536):
-            raise _bad(url, f"bad port in {item!r}")
+            raise _bad(url, f"bad port in {which}: it must be a number from 1 to 65535")
         nodes.append((host, int(port_text) if port_text else 6379))
     return tuple(nodes)
 
@@ -119,10 +126,13 @@ def _db(url: str, text: str) -> int:
 def parse(url: str, options: Mapping[str, Any], store_options: Mapping[str, type]) -> RedisSettings:
     """Check a Redis URL and the keyword options (which win over the URL's and
     pass the same checks); nothing connects here."""
+    check_credentials(url)
     try:
         parts = urlsplit(url)
-    except ValueError as exc:
-        raise _bad(url, str(exc)) from None
+    except ValueError:
+        # urllib's text may quote the netloc, password included.
+        raise _bad(url, "its host part cannot be parsed ([ ] are only for an IPv6 address; "
+                        "no characters that change under Unicode normalisation)") from None
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES:
         raise ConfigurationError(f"not a Redis URL: {mask_url(url)!r}")

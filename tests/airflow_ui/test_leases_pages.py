@@ -4,6 +4,7 @@ the Airflow UI are relative."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 from lease_integrations.airflow.ui import pages
@@ -54,3 +55,25 @@ def test_the_break_button_shows_only_to_those_who_may_break() -> None:
     r = record(dag_id="billing")
     assert "Break…" in pages.leases_page([r], SOURCE, "", can_break=True, user="admin")
     assert "Break…" not in pages.leases_page([r], SOURCE, "", can_break=False, user="viewer")
+
+
+def test_unreadable_and_invisible_text_is_shown_escaped_and_the_pages_encode() -> None:
+    """issue 24 items 5 and 6: a lone surrogate in stored meta (any store
+    client can write one) made every page and JSON route a 500; bidi and
+    other invisible characters reached the page raw."""
+    from lease_integrations.airflow.ui.app import AsciiJSONResponse
+    from lease_integrations.console.render import record_json
+
+    r = record(dag_id="d\ud800x", run_id="r\u202e\u061c", task_id="t\U000e0041\u00ad")
+    html = (pages.leases_page([r], SOURCE, "p\udfff", can_break=True, user="admin")
+            + pages.history_page(r.key, r, [], SOURCE, can_break=True)
+            + pages.dag_page("d\ud800x", [r], SOURCE)
+            + pages.confirm_page(r, "1.abc", SOURCE)
+            + pages.message_page("Error 503", "lease store error: d\ud800x"))
+    html.encode("utf-8")  # raised UnicodeEncodeError: the 500
+    for raw in ("\ud800", "\udfff", "\u202e", "\u061c", "\U000e0041", "\u00ad"):
+        assert raw not in html, ascii(raw)
+    assert "d\\ud800x" in html and "r\\u202e\\u061c" in html and "\\U000e0041\\xad" in html
+
+    body = AsciiJSONResponse({"leases": [record_json(r)]}).body
+    assert json.loads(body)["leases"][0]["meta"]["dag_id"] == "d\ud800x"  # exact in JSON

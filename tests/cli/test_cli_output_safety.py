@@ -5,6 +5,7 @@ unreadable record does not hide the others."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -18,10 +19,17 @@ from lease_integrations import LeaseLock, LeaseStore, connect
 from lease_integrations.core import store as store_protocol
 from lease_integrations.stores.sqlite import path_from_url
 
+#: Invisible format characters a hand-made list missed (issue 24, item 6): the
+#: Arabic letter mark, the deprecated format controls, interlinear annotation,
+#: tag characters, the soft hyphen and the Mongolian vowel separator.
+INVISIBLE = ("\u061c", "\u206a", "\u206f", "\ufff9", "\ufffb", "\U000e0001", "\U000e0041",
+             "\U000e007f", "\u00ad", "\u180e")
 #: A newline that tries to start a forged row, a screen clear, a colour, an
-#: OSC title change ended by BEL, a C1 CSI, and a right-to-left override.
-EVIL = "x\nforged/key  held  mallory  99  1s  30s  dag=evil\x1b[2J\x1b[31m\x1b]0;pwned\x07\x9b1m\u202e"
-RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e")
+#: OSC title change ended by BEL, a C1 CSI, a right-to-left override, and
+#: the invisible characters above.
+EVIL = ("x\nforged/key  held  mallory  99  1s  30s  dag=evil\x1b[2J\x1b[31m\x1b]0;pwned\x07\x9b1m\u202e"
+        + "".join(INVISIBLE))
+RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e", *INVISIBLE)
 
 
 @pytest.fixture
@@ -54,6 +62,7 @@ def test_control_characters_in_meta_cannot_forge_rows_or_reach_the_terminal(
         rows = lines[header + 1:]
         assert len(rows) == 1 and rows[0].startswith(key), listing.out  # no forged row
         assert "x\\nforged/key" in rows[0] and "\\x1b[2J\\x1b[31m" in rows[0]
+        assert "\\u061c\\u206a\\u206f\\ufff9\\ufffb\\U000e0001" in rows[0]
 
         shown = leasectl("--url", cli_url, "show", key)
         assert shown.code == 0, shown.err
@@ -141,3 +150,45 @@ def test_an_unreadable_record_shows_as_unreadable_and_the_rest_normally(
     assert shown.code == 6, shown
     assert "UNREADABLE" in shown.out and "meta" in shown.out
     assert leasectl("--url", cli_url, "show", f"{key}/a-good").code == 0
+
+
+def write_meta_as_a_client_would(store: LeaseStore, cli_url: str, key: str, meta_json: str) -> None:
+    """Overwrite a record's meta with the store's own client (sqlite3, redis-py),
+    as anyone with access to the store can."""
+    if cli_url.startswith("sqlite:"):
+        with sqlite3.connect(path_from_url(cli_url)) as db:
+            db.execute("UPDATE leases SET meta = ? WHERE key = ?", (meta_json, key))
+        return
+    import redis
+
+    client = redis.Redis.from_url(cli_url)
+    try:
+        assert client.hset(store._keys(key, "rec")[0], "meta", meta_json) == 0  # type: ignore[attr-defined]
+    finally:
+        client.close()
+
+
+def test_a_lone_surrogate_in_meta_is_shown_escaped_and_hides_no_other_key(
+        store: LeaseStore, cli_url: str, key: str, leasectl: Leasectl) -> None:
+    """issue 24 item 5: a '\\ud800' escape in stored meta JSON decodes to a
+    string no terminal encoding can print; leasectl stopped mid-table."""
+    with contextlib.ExitStack() as held:
+        for name in ("a", "b", "c"):
+            held.enter_context(LeaseLock(store, f"{key}/{name}", ttl=30, meta={"dag_id": name}).hold())
+        write_meta_as_a_client_would(store, cli_url, f"{key}/b",
+                                     '{"dag_id": "d\\ud800x", "task_id": "t\\udfff", "note": "\\udbff"}')
+        listing = leasectl("--url", cli_url, "list", f"{key}/")
+        assert listing.code == 0, listing
+        rows = {r["KEY"]: r for r in table_rows(listing.out, "KEY")}
+        assert sorted(rows) == [f"{key}/a", f"{key}/b", f"{key}/c"], listing.out
+        assert "dag=d\\ud800x" in rows[f"{key}/b"]["META"] and "\\udfff" in rows[f"{key}/b"]["META"]
+
+        shown = leasectl("--url", cli_url, "show", f"{key}/b")
+        assert shown.code == 0, shown
+        assert "\\ud800" in shown.out and "\\udbff" in shown.out
+
+        as_json = leasectl("--url", cli_url, "--json", "list", f"{key}/")
+        assert as_json.code == 0, as_json
+        leases = {r["key"]: r for r in strict_json(as_json.out)["leases"]}
+        assert leases[f"{key}/b"]["meta"]["dag_id"] == "d\ud800x"  # exact in JSON
+        assert leasectl("--url", cli_url, "history", f"{key}/b").code == 0

@@ -53,3 +53,25 @@ def test_a_store_that_checks_the_password_is_shown_masked(
         raw = leasectl("--url", url.replace(ENCODED, PASSWORD), "list", key)
         assert raw.code == exits.USAGE and "percent-encode" in raw.err, raw
         assert_no_secret(raw.out, raw.err)
+
+
+#: issue 24 item 2: URLs whose host-list errors quoted pieces of the password.
+MULTI_HOST_URLS = [
+    f"redis+sentinel://u:{PASSWORD}@s1:26379,s2:26379/leases",  # raw: refused with the fix
+    "redis+cluster://:Kq9xvWzRm,127.0.0.1:{port}",                  # the '@' forgotten
+    "rediss+sentinel://127.0.0.1:{port},s2:Kq9xvWzRm/leases",       # password where a port goes
+    f"redis+cluster://u:{ENCODED}@127.0.0.1:{{port}},127.0.0.1:{{port}}?connect_timeout=1",
+]
+
+
+def test_multi_host_urls_never_print_the_password(leasectl: Leasectl) -> None:
+    for i, url in enumerate(MULTI_HOST_URLS):
+        url = url.replace("{port}", str(free_port()))
+        args = ("--json", "list") if i % 2 else ("list",)
+        result = (leasectl("--url", url, *args) if i < 2 else
+                  leasectl(*args, env={"LEASE_STORE_URL": url}))
+        assert result.code in (exits.USAGE, exits.UNAVAILABLE), (url, result)
+        assert result.err.startswith("leasectl: "), (url, result)
+        assert_no_secret(result.out, result.err)
+        for piece in ("Kq9x", "q9xv", "9xvW", "xvWz", "vWzR", "WzRm"):
+            assert piece not in result.out + result.err, (url, result)

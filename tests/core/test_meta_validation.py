@@ -79,3 +79,15 @@ def test_good_meta_comes_back_as_written(meta_store: LeaseStore, key: str) -> No
         record = meta_store.get(key)
         assert record is not None
         assert {k: record.meta[k] for k in meta} == validate_meta(meta)
+
+
+def test_a_lone_surrogate_is_a_configuration_error_naming_the_path() -> None:
+    """issue 24 item 5: it cannot be encoded as UTF-8, so no store keeps it
+    alike; validate_meta raised UnicodeEncodeError, not its documented error."""
+    for meta, path in (({"note": "a\ud800"}, r"meta\['note'\]"),
+                       ({"deep": [{"x": "\udfffb"}]}, r"meta\['deep'\]\[0\]\['x'\]"),
+                       ({"k\udc80": 1}, r"meta\['k\\udc80'\]")):
+        with pytest.raises(ConfigurationError, match=path + ".*surrogate") as caught:
+            validate_meta(meta)
+        assert "\\u" in str(caught.value) or "\\x" in str(caught.value) or "surrogate" in str(caught.value)
+        str(caught.value).encode("utf-8")  # the message itself is printable

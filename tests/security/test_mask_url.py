@@ -2,29 +2,89 @@
 
 from __future__ import annotations
 
+import pickle
 import random
 import string
+from collections.abc import Callable
 from urllib.parse import quote
 
 import pytest
 
-from lease_integrations import ConfigurationError, StoreUnavailable
+from lease_integrations import ConfigurationError, StoreUnavailable, check_url
 from lease_integrations.core.config import mask_url, parse_url
 from lease_integrations.core.redact import redact, remember
+from lease_integrations.stores import STORES, redis_connect
 
 from .leaks import ENCODED, PASSWORD, assert_no_secret, url_shapes
 
 SCHEMES = ("redis", "rediss", "postgresql", "mongodb", "mongodb+srv")
+#: Schemes whose URLs list several hosts; the store parses their host list.
+MULTI_HOST = ("redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel")
+#: Every scheme with a network location (memory:// and sqlite:// have no password).
+NETWORK_SCHEMES = tuple(s for s in STORES if s not in ("memory", "sqlite"))
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
+def hosts_and_path(scheme: str) -> tuple[str, str]:
+    """A host list and path of the right shape for ``scheme``."""
+    if "sentinel" in scheme:
+        return "s1.example:26379,s2.example:26379", "/leases/0"
+    if "cluster" in scheme:
+        return "c1.example:7000,c2.example:7001", ""
+    return "db.example:6379", "/0"
+
+
+def redis_parse(url: str) -> object:
+    return redis_connect.parse(url, {}, {"prefix": str})
+
+
+#: Everything that checks a URL without connecting: each must refuse with a
+#: message free of the password.
+CHECKS: tuple[Callable[[str], object], ...] = (parse_url, check_url, redis_parse)
+
+
+@pytest.mark.parametrize("scheme", NETWORK_SCHEMES)
 def test_every_shape_is_masked_and_keeps_the_host(scheme: str) -> None:
-    for shape, url in url_shapes(scheme, "db.example:6379", "/0").items():
+    hosts, path = hosts_and_path(scheme)
+    for shape, url in url_shapes(scheme, hosts, path).items():
         masked = mask_url(url)
         assert_no_secret(masked)
         if shape != "query-raw":  # its raw '@' makes all before it credentials
-            assert "db.example:6379" in masked, (shape, masked)
+            assert hosts in masked, (shape, masked)
         assert masked.startswith(f"{scheme}://"), (shape, masked)
+
+
+@pytest.mark.parametrize("scheme", NETWORK_SCHEMES)
+def test_every_shape_of_every_scheme_is_checked_without_showing_the_password(scheme: str) -> None:
+    """check_url (what decorators and leasectl run first) and the Redis
+    parser: a raw password is refused naming the fix, and no error, repr or
+    pickled copy holds a piece of it."""
+    hosts, path = hosts_and_path(scheme)
+    for shape, url in url_shapes(scheme, hosts, path).items():
+        texts = said(url)
+        assert_no_secret(*texts)
+        if shape == "raw-userinfo":
+            with pytest.raises(ConfigurationError, match="percent-encode"):
+                check_url(url)
+
+
+@pytest.mark.parametrize("url", [
+    # issue 24: the host-list errors quoted pieces of the user-info
+    f"redis+sentinel://u:{PASSWORD}@s1:26379,s2:26379/leases",
+    "redis+cluster://u:Kq9x/vWzRm@c1:7000,c2:7001",
+    "redis+cluster://:Kq9xvWzRm,c2:7001",               # the '@' forgotten
+    "redis+cluster://c1:7000,c2:Kq9xvWzRm",             # the password where a port goes
+    "redis+sentinel://:Kq9xvWzRm,s2:26379/leases",
+    "rediss+sentinel://s1:Kq9xvWzRm/leases",
+    "redis+cluster://c1:7000,,:Kq9xvWzRm",
+    "redis+cluster://u:Kq9xvWzRm\uff03@c1:7000",          # '#' under NFKC normalisation
+])
+def test_multi_host_url_errors_never_quote_the_user_info(url: str) -> None:
+    secret = "Kq9xvWzRm"
+    with pytest.raises(ConfigurationError):
+        redis_parse(url)  # the store's own parser refuses every one of them
+    for text in said(url):
+        assert_no_secret(text)
+        assert not any(secret[i:i + 4] in text for i in range(len(secret) - 3)), (url, text)
 
 
 @pytest.mark.parametrize("url", [
@@ -82,12 +142,16 @@ def test_remembered_secrets_are_redacted_from_any_text_and_error() -> None:
 
 
 def said(url: str) -> list[str]:
-    """What mask_url shows of a URL, and parse_url's error about it if any."""
+    """What mask_url shows of a URL, and every URL check's error about it if
+    any: its text, repr and a pickled copy (errors cross processes)."""
     texts = [mask_url(url)]
-    try:
-        parse_url(url)
-    except ConfigurationError as exc:
-        texts.append(str(exc))
+    for check in CHECKS:
+        if check is redis_parse and not url.startswith("redis"):
+            continue
+        try:
+            check(url)
+        except ConfigurationError as exc:
+            texts += [str(exc), repr(exc), repr(pickle.loads(pickle.dumps(exc)))]
     return texts
 
 
@@ -101,15 +165,23 @@ def test_random_passwords_never_show_through_mask_url_or_parse_url() -> None:
     alphabet = string.ascii_letters + string.digits + "/#?@:%&=+;,!$*'()[] ~"
     for _ in range(3000):
         password = "".join(rnd.choice(alphabet) for _ in range(rnd.randint(6, 16)))
-        scheme = rnd.choice(("redis", "postgresql", "mongodb"))
+        plain = "".join(rnd.choice(string.ascii_letters + string.digits) for _ in range(9))
+        scheme = rnd.choice(NETWORK_SCHEMES)
+        hosts, path = hosts_and_path(scheme)
+        path = path or "/"
         encoded = quote(password, safe="")
-        shown, url = rnd.choice((
-            (password, f"{scheme}://u:{password}@db.example:5432/x"),
-            (encoded, f"{scheme}://u:{encoded}@db.example:5432/x?sslmode=require"),
-            (encoded, f"{scheme}://db.example:5432/x?sslmode=require&password={encoded}&t=1"),
+        first, _, second = hosts.partition(",")
+        choices = [
+            (password, f"{scheme}://u:{password}@{hosts}{path}"),
+            (encoded, f"{scheme}://u:{encoded}@{hosts}{path}?sslmode=require"),
+            (encoded, f"{scheme}://{hosts}{path}?sslmode=require&password={encoded}&t=1"),
             (password.replace("&", ""),
-             f"{scheme}://db.example:5432/x?sslmode=require&password={password.replace('&', '')}"),
-        ))
+             f"{scheme}://{hosts}{path}?sslmode=require&password={password.replace('&', '')}"),
+        ]
+        if second:  # the '@' forgotten, or the password where a port goes
+            choices += [(plain, f"{scheme}://:{plain},{second}{path}"),
+                        (plain, f"{scheme}://{first},{second.partition(':')[0]}:{plain}{path}")]
+        shown, url = rnd.choice(choices)
         texts = said(url)
         # Pieces the same message holds for a harmless password ("l://" of
         # "postgresql://", words of the error text) prove nothing.

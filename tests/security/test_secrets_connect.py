@@ -5,6 +5,7 @@ servers that check the password (a Redis ACL user, a PostgreSQL role)."""
 from __future__ import annotations
 
 import logging
+import pickle
 import traceback
 
 import pytest
@@ -31,7 +32,13 @@ SCHEMES = {
     "postgresql": ("/leases", ""),
     "postgres": ("/leases", ""),
     "mongodb": ("/leases", "serverSelectionTimeoutMS=300&connectTimeoutMS=300"),
+    "redis+cluster": ("", "connect_timeout=1"),
+    "rediss+cluster": ("", "connect_timeout=1"),
+    "redis+sentinel": ("/leases/0", "connect_timeout=1"),
+    "rediss+sentinel": ("/leases/0", "connect_timeout=1"),
 }
+#: Schemes whose URL lists several hosts: the test gives them two closed ports.
+MULTI_HOST = {"redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"}
 
 
 def everything_said(exc: BaseException) -> str:
@@ -47,10 +54,13 @@ def test_connect_errors_never_show_the_password(scheme: str,
     caplog.set_level(logging.DEBUG)
     path, query = SCHEMES[scheme]
     host = f"127.0.0.1:{free_port()}"  # nothing listens there
+    if scheme in MULTI_HOST:
+        host += f",127.0.0.1:{free_port()}"
     for shape, url in url_shapes(scheme, host, path, query).items():
         with pytest.raises(LeaseError) as caught:
             connect(url)
-        assert_no_secret(everything_said(caught.value))
+        assert_no_secret(everything_said(caught.value),
+                         repr(pickle.loads(pickle.dumps(caught.value))))
         if shape == "raw-userinfo":
             assert isinstance(caught.value, ConfigurationError), shape
             assert "percent-encode" in str(caught.value)
@@ -106,3 +116,22 @@ def test_servers_that_check_the_password_never_see_it_echoed(
     said.append(everything_said(refused.value))
     assert wrong not in said[-1]
     assert_no_secret(*said, caplog.text)
+
+
+@pytest.mark.parametrize(("password", "says"), [
+    ("Kq9vW%zzJpRm", "percent-escape"),   # not a %XX escape
+    ("Kq9vW JpRm", "space"),              # a raw space
+    ("Kq9vW%2", "percent-escape"),        # an escape cut short
+])
+def test_a_password_libpq_cannot_read_is_a_configuration_error_without_it(
+        password: str, says: str, caplog: pytest.LogCaptureFixture) -> None:
+    """issue 24 item 4: psycopg's conninfo parser quotes the whole password
+    in its ProgrammingError; the store names the problem instead."""
+    caplog.set_level(logging.DEBUG)
+    url = f"postgresql://leaseuser:{password}@127.0.0.1:{free_port()}/leases"
+    with pytest.raises(ConfigurationError, match=says) as caught:
+        connect(url)
+    said = everything_said(caught.value) + repr(pickle.loads(pickle.dumps(caught.value)))
+    for piece in {password[i:i + 4] for i in range(len(password) - 3)}:
+        assert piece not in said, (piece, said)
+        assert piece not in caplog.text

@@ -6,6 +6,7 @@ pool, so a slow store never blocks the api-server's event loop."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import FastAPI, Form, Header, HTTPException, Query, Request, status
@@ -20,8 +21,22 @@ from .store_source import open_store
 
 HISTORY_LIMIT = 100
 
+
+class AsciiJSONResponse(JSONResponse):  # type: ignore[misc]  # untyped for mypy without FastAPI
+    """JSON with every non-ASCII character as a ``\\uXXXX`` escape, as
+    ``leasectl --json`` prints it. Stored meta may hold a lone surrogate
+    (any store client can write one), which has no UTF-8 form: Starlette's
+    default (``ensure_ascii=False``) failed to encode it and every JSON
+    route answered 500."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, indent=None,
+                          separators=(",", ":")).encode("ascii")
+
+
 app = FastAPI(title="Leases", description="Lease locks of lease_integrations (key, holder, token).",
-              docs_url=None, redoc_url=None, openapi_url=None)
+              docs_url=None, redoc_url=None, openapi_url=None,
+              default_response_class=AsciiJSONResponse)
 
 
 def _is_api(request: Request) -> bool:
@@ -34,7 +49,7 @@ def _is_api(request: Request) -> bool:
 def _error(request: Request, code: int, detail: str, headers: dict[str, str] | None = None) -> Response:
     """JSON for ``api/`` routes, a readable page for the rest."""
     if _is_api(request):
-        return JSONResponse({"detail": detail}, code, headers=headers)
+        return AsciiJSONResponse({"detail": detail}, code, headers=headers)
     return HTMLResponse(pages.message_page(f"Error {code}", detail), code, headers=headers)
 
 

@@ -8,10 +8,11 @@ UI in light and dark mode.
 
 from __future__ import annotations
 
-from html import escape
+import html
 from typing import Any
 
 from lease_integrations.console.render import meta_summary
+from lease_integrations.core import printable
 
 from .links import airflow_link, prefect_link
 
@@ -64,6 +65,14 @@ document.addEventListener("click", function (event) {
   } catch (error) { /* another origin or blocked: follow the link in the frame */ }
 });
 """
+
+
+def escape(value: object) -> str:
+    """Text for the page: invisible, bidi and unencodable characters shown as
+    escapes by the core's one rule (a lone surrogate in stored meta cannot be
+    encoded into the response at all: it made every page a 500), then
+    HTML-escaped."""
+    return html.escape(printable(value))
 
 
 def page(title: str, body: str, *, store: str = "", scripts: bool = True) -> str:

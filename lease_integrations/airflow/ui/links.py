@@ -13,7 +13,10 @@ from urllib.parse import quote
 
 
 def _part(value: object) -> str:
-    return quote(str(value), safe="")
+    """One path segment. A lone surrogate in stored meta has no UTF-8 form:
+    it is spelt as its escape (no real DAG or run has one) instead of failing
+    the whole page."""
+    return quote(str(value), safe="", errors="backslashreplace")
 
 
 def airflow_link(meta: dict[str, Any], up: str = "../") -> str | None:

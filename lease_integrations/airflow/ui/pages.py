@@ -1,17 +1,17 @@
 """The HTML pages: lease table, per-key history, break confirmation and
 result, and the DAG tab. Pure functions from records to HTML, every value
-escaped; all links relative (the pages sit one level below the base URL)."""
+escaped (``layout.escape``: unreadable characters as escapes, then HTML);
+all links relative (the pages sit one level below the base URL)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from html import escape
 from urllib.parse import urlencode
 
 from lease_integrations.console.render import clock, event_detail, expires_text, held_for, span
 from lease_integrations.core import LeaseEvent, LeaseRecord
 
-from .layout import link, meta_cell, page, state_cell
+from .layout import escape, link, meta_cell, page, state_cell
 from .store_source import StoreSource
 
 HEADERS = ("Key", "State", "Holder", "Token", "Held for", "Expires in", "Held by")
