@@ -24,6 +24,8 @@ from lease_integrations.core import (
 
 from .connections import DEFAULT_CONN_ID
 
+SYNC_ON_LOST_POLICIES = tuple(p for p in ON_LOST_POLICIES if p != "cancel")
+
 #: Long enough that a busy worker's heartbeat keeps up; short enough that a
 #: crashed task blocks the next run for a minute at most.
 DEFAULT_TTL = 60.0
@@ -49,7 +51,8 @@ class LeaseOptions:
 
     def __post_init__(self) -> None:
         validate_policy(self.on_busy, ON_BUSY_POLICIES, "on_busy")
-        validate_policy(self.on_lost, ON_LOST_POLICIES, "on_lost")
+        # A task's callable runs in a thread: 'cancel' (hold_async only) does not apply.
+        validate_policy(self.on_lost, SYNC_ON_LOST_POLICIES, "on_lost")
         validate_heartbeat(self.lease_heartbeat, validate_ttl(self.lease_ttl, "lease_ttl"))
         if not isinstance(self.lease_conn_id, str) or not self.lease_conn_id:
             raise ConfigurationError(

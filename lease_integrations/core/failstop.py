@@ -39,7 +39,7 @@ from concurrent.futures import Future
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, NoReturn
 
-from .descendants import end_after_exit, freeze
+from .descendants import end_frozen, freeze
 
 if TYPE_CHECKING:
     from .lease import Lease, LostCallback
@@ -102,7 +102,7 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
         _bounded(lambda: _release_others(lease), deadline, "releasing the other leases")
         frozen = freeze()  # no descendant works from here on
         _flush()
-        end_after_exit(frozen, lease.grace)
+        end_frozen(frozen, lease.grace)
     finally:
         os._exit(LEASE_LOST_EXIT_STATUS)
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .descendants import end_descendants
+from .descendants import end_frozen, freeze
 from .errors import LeaseLost
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def run_in_subprocess(lock: LeaseLock, target: Callable[..., Any], args: tuple[A
         pid = child.pid
 
         def end_child(_lease: object) -> None:
-            end_descendants(lease.grace, root=pid)
+            end_frozen(freeze(pid), lease.grace)
 
         lease.on_lost(end_child)
         with contextlib.suppress(EOFError):  # no answer: ended on loss, or crashed
@@ -49,7 +49,7 @@ def run_in_subprocess(lock: LeaseLock, target: Callable[..., Any], args: tuple[A
         closed = not lease.released and time.monotonic() >= lease.trusted_until
         refused = lock._end(lease, release=True)
         if child.pid is not None and child.exitcode is None:  # the caller was interrupted
-            end_descendants(lease.grace, root=child.pid)
+            end_frozen(freeze(child.pid), lease.grace)
             child.join()
         receive.close()
     if lease.lost or refused or closed:

@@ -109,7 +109,7 @@ def main() -> None:
                         ).splitlines()} if (args.dir / "ticks").exists() else ()) < 2:
                     time.sleep(0.01)  # until the child and the grandchild both tick
                 from lease_integrations.core.descendants import descendants
-                started(lease, sorted(pid for pid, _ in descendants()))
+                started(lease, sorted(descendants()))
                 child.wait()
             elif args.shape == "main-sleep":
                 started(lease, [])
