@@ -99,7 +99,7 @@ def validate_policy(value: object, allowed: tuple[str, ...], name: str) -> str:
     if value not in allowed:
         choices = ", ".join(repr(a) for a in allowed)
         hint = (" ('interrupt' was replaced by 'exit': a lost lease ends the process)"
-                if value == "interrupt" and allowed is ON_LOST_POLICIES else "")
+                if value == "interrupt" and "exit" in allowed else "")
         raise ConfigurationError(
             f"{name}={value!r} is not a valid policy; choose one of {choices}{hint}")
     return str(value)
