@@ -45,10 +45,14 @@ def _name(role: str) -> str:
     return f"{role}-{os.getpid()}-{threading.get_ident()}"
 
 
-def take(url: str, key: str, rounds: int, breakers: Sequence[Path], out: Path) -> None:
+def take(url: str, key: str, rounds: int, breakers: Sequence[Path], out: Path,
+         work: float = 0.0) -> None:
     """At least ``rounds`` times, and until every breaker is done: take the
     key (retrying while busy), renew it, release it. A release refused means
-    the lease was broken under us."""
+    the lease was broken under us. ``work`` is how long each renewal's share
+    of the job takes (seconds, by the clock): it lets a breaker that is much
+    slower than the taker (one behind an HTTP server) still find leases held,
+    and lets a SQLite breaker get the write lock; it orders nothing."""
     store = connect(url)
     me = _name("taker")
     deadline = time.monotonic() + DEADLINE
@@ -64,6 +68,8 @@ def take(url: str, key: str, rounds: int, breakers: Sequence[Path], out: Path) -
             assert result.record is not None
             token = result.record.token
             for _ in range(HOLD_RENEWALS):  # the job: keeps the lease held a little while
+                if work:
+                    time.sleep(work)
                 if not store.renew(key, secret, token, TTL):
                     break
             released = store.release(key, secret, token)
@@ -106,9 +112,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--breaker", type=Path, action="append", default=[])
     parser.add_argument("--stop", type=Path)
+    parser.add_argument("--work", type=float, default=0.0)
     args = parser.parse_args()
     if args.role == "take":
-        take(args.url, args.key, args.rounds, args.breaker, args.out)
+        take(args.url, args.key, args.rounds, args.breaker, args.out, args.work)
     else:
         breaker(args.url, args.key, args.stop, args.out)
 

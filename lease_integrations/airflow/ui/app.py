@@ -133,13 +133,16 @@ def _break(user: Any, key: str, token: int | None, *, header: str | None,
     auth.require_break_permission(user)
     auth.require_intent(user, key, token, header=header, confirm=confirm)
     with open_store() as (store, source):
-        current = store.get(key)
-        if token is not None and current is not None and current.holder is not None \
-                and current.token != token:
-            raise HTTPException(status.HTTP_409_CONFLICT,
-                                f"lease {key!r} changed hands (token {current.token}, you confirmed "
-                                f"{token}); nothing broken, look again")
-        before = store.force_release(key, auth.user_name(user))
+        # With a token the store breaks only that lease, in one step: a check
+        # here followed by the break would break a holder that took the key
+        # in between.
+        before = store.force_release(key, auth.user_name(user), token=token)
+        if before is None and token is not None:
+            current = store.get(key)
+            if current is not None and current.holder is not None:
+                raise HTTPException(status.HTTP_409_CONFLICT,
+                                    f"lease {key!r} changed hands (token {current.token}, you "
+                                    f"confirmed {token}); nothing broken, look again")
     return before, source
 
 
