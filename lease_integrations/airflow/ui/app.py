@@ -20,6 +20,38 @@ from .store_source import open_store
 
 HISTORY_LIMIT = 100
 
+#: Sent with every response, errors included: only the Airflow UI's own
+#: origin may frame the pages. They live in the UI's iframe, so ``DENY`` would
+#: break them; without a policy a page on another origin (even a sibling port
+#: or subdomain of the same site, which the browser still sends the session
+#: cookie from) could frame the confirm page invisibly and have a signed-in
+#: admin click "Break". X-Frame-Options for browsers without CSP level 2.
+FRAME_HEADERS = ((b"content-security-policy", b"frame-ancestors 'self'"),
+                 (b"x-frame-options", b"SAMEORIGIN"))
+
+
+class FramePolicy:
+    """Plain ASGI middleware that adds ``FRAME_HEADERS`` to every response
+    start (the app's own error pages and JSON included)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_policy(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                present = {name.lower() for name, _ in message.get("headers", [])}
+                message["headers"] = [*message.get("headers", []),
+                                      *(h for h in FRAME_HEADERS if h[0] not in present)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_policy)
+
+
 app = FastAPI(title="Leases", description="Lease locks of lease_integrations (key, holder, token).",
               docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -148,6 +180,7 @@ def _break(user: Any, key: str, token: int | None, *, header: str | None,
 
 # -- routes --------------------------------------------------------------------
 # Registered by call rather than by decorator: FastAPI's decorators are untyped for mypy.
+app.add_middleware(FramePolicy)
 app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
 app.add_exception_handler(LeaseError, _store_error)  # type: ignore[arg-type]
 app.add_api_route("/", leases, methods=["GET"], response_class=HTMLResponse)
