@@ -6,7 +6,9 @@ it alive?" without reading code::
     leasectl [--url URL] list [PREFIX]        every lease: holder, token, held for, expiry
     leasectl [--url URL] show KEY             one lease in full, with its recent events
     leasectl [--url URL] history KEY [-n N]   grants, releases, breaks, losses + a timeline
-    leasectl [--url URL] break KEY --yes [--by NAME]   force-release (recorded with NAME)
+    leasectl [--url URL] break KEY --yes [--by NAME] [--token N]
+                                              force-release (recorded with NAME); with
+                                              --token, only if it still carries token N
 
 Each command takes ``--json`` for scripts. The store is ``--url``; else, with
 ``--airflow-conn CONN_ID`` (Airflow installed), the store the Airflow tasks
@@ -21,7 +23,8 @@ Exit codes:
     1  not found: show / history / break of a key the store has never seen
     2  usage or configuration error (bad arguments, bad URL, bad key)
     3  store unavailable (unreachable, failing, or no SQLite file at that path)
-    4  break refused: ``--yes`` was not given
+    4  break refused: ``--yes`` was not given, or ``--token N`` names a lease
+       that another holder has replaced since
     5  unexpected internal error (a bug: please report it)
     6  the key's stored record cannot be parsed (show / history / break); what
        can be read is still printed. ``list`` shows such keys as UNREADABLE
@@ -62,7 +65,8 @@ exit codes:
   1  not found: show/history/break of a key the store has never seen
   2  usage or configuration error
   3  store unavailable (or no SQLite file at that path)
-  4  break refused: --yes was not given
+  4  break refused: --yes was not given, or --token N names a lease another
+     holder has replaced since
   5  unexpected internal error
   6  the key's record cannot be parsed (show/history/break; list shows such
      keys as UNREADABLE and exits 0)
@@ -77,6 +81,16 @@ def _positive(text: str) -> int:
     if not 1 <= value <= HISTORY_LIMIT:
         raise argparse.ArgumentTypeError(
             f"must be between 1 and {HISTORY_LIMIT} (the history kept per key), got {value}")
+    return value
+
+
+def _token(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"tokens start at 1, got {value}")
     return value
 
 
@@ -141,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="really break it (without this, exit 4 and change nothing)")
     breaking.add_argument("--by", default=None,
                           help="who breaks it, for the history (default: user@host)")
+    breaking.add_argument("--token", type=_token, default=None, metavar="N",
+                          help="break only if the lease still carries token N (what you "
+                               "looked at); a run that took the key since is left alone (exit 4)")
     return parser
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from collections.abc import Mapping
 from contextlib import ExitStack, suppress
 from dataclasses import asdict, dataclass
@@ -27,6 +28,15 @@ XCOM_KEY = "dag_run_lease"
 CONTEXT_KEY = "dag_run_lease"
 DEFAULT_TASK_PREFIX = "dag_run_lease"
 SECRET_OPTION = ("lease_integrations", "run_secret_key")
+#: Where the run secret key comes from when the option above is unset.
+FERNET_OPTION = ("core", "fernet_key")
+#: Shorter keys are refused: 32 characters of a generated key carry well over
+#: 128 bits (a Fernet key has 44).
+MIN_SECRET_KEY_LENGTH = 32
+#: An unexpanded template default, as ``conf`` returns one for an unset option.
+PLACEHOLDER = re.compile(r"\{[A-Za-z0-9_]+\}")
+GENERATE = ("generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))' "
+            "(the same value on every worker and triggerer)")
 
 
 @dataclass(frozen=True)
@@ -75,16 +85,44 @@ def run_secret(key: str, dag_id: str, run_id: str, nonce: str) -> str:
 
 
 def _secret_key() -> bytes:
+    """``[lease_integrations] run_secret_key``, else ``[core] fernet_key``,
+    refused unless it is a real secret. The Task SDK's ``conf`` returns the
+    unexpanded default text ``{FERNET_KEY}`` for an unset fernet key: keyed
+    with that public constant, anyone could compute a run's secret from its
+    public XCom value and renew or release its lease. A run secret key that
+    is set but bad is refused too, never passed over for the fernet key."""
     from airflow.sdk import conf
 
-    for section, option in (SECRET_OPTION, ("core", "fernet_key")):
-        value = conf.get(section, option, fallback=None)
-        if value:
-            return str(value).encode()
+    run_key = conf.get(*SECRET_OPTION, fallback=None)
+    if run_key:
+        return _checked(str(run_key), SECRET_OPTION)
+    fernet = conf.get(*FERNET_OPTION, fallback=None)
+    if fernet:
+        return _checked(str(fernet), FERNET_OPTION)
     raise ConfigurationError(
-        "the DAG-run lease needs a secret key shared by workers and the triggerer: set "
-        "[lease_integrations] run_secret_key (AIRFLOW__LEASE_INTEGRATIONS__RUN_SECRET_KEY) "
-        "or [core] fernet_key")
+        f"the DAG-run lease needs a secret key shared by workers and the triggerer: set "
+        f"{_setting(SECRET_OPTION)} or {_setting(FERNET_OPTION)}; {GENERATE}")
+
+
+def _setting(option: tuple[str, str]) -> str:
+    section, name = option
+    return f"[{section}] {name} (AIRFLOW__{section.upper()}__{name.upper()})"
+
+
+def _checked(value: str, option: tuple[str, str]) -> bytes:
+    """The key as bytes, or a ConfigurationError naming the setting and what
+    is wrong with it (never the value, unless it is a public placeholder)."""
+    text = value.strip()
+    if PLACEHOLDER.fullmatch(text):
+        problem = f"is the unexpanded placeholder {text!r}, a constant anyone knows (it is not set)"
+    elif len(text) < MIN_SECRET_KEY_LENGTH:
+        problem = (f"is {len(text)} characters long; the DAG-run lease needs at least "
+                   f"{MIN_SECRET_KEY_LENGTH}")
+    else:
+        return value.encode()
+    hint = "" if option == SECRET_OPTION else f"set {_setting(SECRET_OPTION)} or fix it; "
+    raise ConfigurationError(f"{_setting(option)} {problem}: the DAG-run lease derives its "
+                             f"owner secret from it. {hint}{GENERATE}")
 
 
 def acquire_for_run(store: LeaseStore, key: str, holder: str, secret: str, ttl: float,

@@ -27,11 +27,13 @@ def _parents() -> dict[int, int]:
         return {int(r[0]): int(r[1]) for r in rows if len(r) >= 3 and not r[2].startswith("Z")}
     parents = {}
     for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
                 stat = f.read().decode("ascii", "replace")
-        except (OSError, ValueError):
-            continue  # not a process, or gone meanwhile
+        except OSError:
+            continue  # gone meanwhile
         state, ppid = stat[stat.rindex(")") + 2:].split()[:2]  # the name may hold ')'
         if state not in ("Z", "X"):
             parents[int(name)] = int(ppid)

@@ -125,11 +125,18 @@ class LeaseStore(ABC):
         left out of the list and reported in its ``unreadable`` attribute."""
 
     @abstractmethod
-    def force_release(self, key: str, by: str) -> LeaseRecord | None:
+    def force_release(self, key: str, by: str, token: int | None = None) -> LeaseRecord | None:
         """The operator's break: clear the holder whoever it is, keep the
-        counter, record who broke it. Returns the record as it was before,
-        or None when there was no record. The only path that touches another
-        holder's lease."""
+        counter, record who broke it (a ``broken`` event with ``by``).
+        Returns the record as it was before, or None when there was no
+        record. The only path that touches another holder's lease.
+
+        With ``token``, the break is conditional and atomic in the store: it
+        happens only if the record still carries that token and a holder, so
+        an operator who looked at token 7 never breaks token 8 that a new
+        holder took since (the look and the break are two calls; a check in
+        between would race). Then None means nothing was broken (no record,
+        another token, or already released): ``get`` tells which."""
 
     @abstractmethod
     def history(self, key: str, limit: int = 50) -> builtins.list[LeaseEvent]:

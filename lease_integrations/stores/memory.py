@@ -123,11 +123,11 @@ class MemoryStore(LeaseStore):
             return RecordList(self._record(k, r, now, mono) for k, r in sorted(self._rows.items())
                               if k.startswith(prefix))
 
-    def force_release(self, key: str, by: str) -> LeaseRecord | None:
+    def force_release(self, key: str, by: str, token: int | None = None) -> LeaseRecord | None:
         now, mono = self._now()
         with self._cond:
             row = self._rows.get(key)
-            if row is None:
+            if row is None or (token is not None and (row.token != token or row.holder is None)):
                 return None
             before = self._record(key, row, now, mono)
             row.holder = row.secret = None

@@ -270,15 +270,20 @@ class MongoStore(LeaseStore):
             raise found.unreadable[0]
         return found[0] if found else None
 
-    def force_release(self, key: str, by: str) -> LeaseRecord | None:
+    def force_release(self, key: str, by: str, token: int | None = None) -> LeaseRecord | None:
         # The stages read "$holder" before they clear it: the document keeps
         # who was broken, when (server clock) and by whom, and so does history.
+        # With a token the filter carries the check, so check and break are
+        # the one conditional write.
+        match: dict[str, Any] = {"_id": key}
+        if token is not None:
+            match.update(token=int(token), holder={"$ne": None})
         update = [{"$set": {hist.FIELD: hist.append(
                       "broken", hist.TOKEN_OF_DOC, hist.HOLDER_OF_DOC, {"by": by}),
                     "broken": {"holder": "$holder", "at": "$$NOW", "by": {"$literal": by}}}},
                   {"$set": {"holder": None, "secret": None}}]
         doc = self._call(lambda c: c.find_one_and_update(
-            {"_id": key}, update, projection=NO_HISTORY, return_document=ReturnDocument.AFTER))
+            match, update, projection=NO_HISTORY, return_document=ReturnDocument.AFTER))
         if doc is None:
             return None
         broken = doc["broken"]

@@ -213,11 +213,16 @@ ev AS (
 SELECT pg_notify({channel}, key) FROM r
 """
 
+# With a token the break is conditional: the row is locked and checked in one
+# statement (FOR UPDATE re-reads a row a concurrent acquire changed and
+# re-checks it), so a new holder's lease is never broken on an old token.
 BREAK = f"""
 WITH now AS MATERIALIZED (SELECT clock_timestamp() AS t),
 b AS (
     UPDATE {{t}} l SET holder = NULL, secret = NULL
-    FROM (SELECT {COLUMNS} FROM {{t}} WHERE key = %(key)s FOR UPDATE) old
+    FROM (SELECT {COLUMNS} FROM {{t}} WHERE key = %(key)s
+          AND (%(token)s::bigint IS NULL OR (token = %(token)s::bigint AND holder IS NOT NULL))
+          FOR UPDATE) old
     WHERE l.key = old.key
     RETURNING old.key, old.holder, old.token, old.acquired_at, old.renewed_at,
               old.expires_at, old.meta
@@ -554,8 +559,9 @@ class PostgresStore(LeaseStore):
         rows = self._run("get", {"key": key})
         return _record(rows[0]) if rows else None
 
-    def force_release(self, key: str, by: str) -> LeaseRecord | None:
+    def force_release(self, key: str, by: str, token: int | None = None) -> LeaseRecord | None:
         rows = self._run("break", {"key": key, "by": by, "channel": self.channel,
+                                   "token": None if token is None else int(token),
                                    "keep": HISTORY_LIMIT - 1})
         return _record(rows[0][:8]) if rows else None
 

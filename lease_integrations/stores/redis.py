@@ -305,11 +305,12 @@ class RedisStore(LeaseStore):
         return readable_records(zip(keys, replies, strict=True),
                                 lambda pair: self._record(pair[0], pair[1]))
 
-    def force_release(self, key: str, by: str) -> LeaseRecord | None:
+    def force_release(self, key: str, by: str, token: int | None = None) -> LeaseRecord | None:
         head = _event_head("broken", _detail({"by": by}), with_holder=False)
         with self._errors:
             reply = self._force(keys=self._prepared(key)[2],
-                                args=[head, self._channel(key)])
+                                args=[head, self._channel(key),
+                                      "" if token is None else str(int(token))])
         return self._record(key, reply)
 
     def history(self, key: str, limit: int = 50) -> builtins.list[LeaseEvent]:

@@ -142,12 +142,15 @@ redis.pcall('PUBLISH', ARGV[3], 'released')  -- best effort: waiters also poll
 return 1
 """
 
-#: KEYS: rec, hist, wake. ARGV: event_head (without holder), channel.
-#: Returns the record as it was before the break, or nil when there is none.
+#: KEYS: rec, hist, wake. ARGV: event_head (without holder), channel, token
+#: ('' for any). Returns the record as it was before the break, or nil when
+#: there is none, or (with a token) when the record carries another token or
+#: no holder: the check and the break are one step.
 FORCE_RELEASE = _PRELUDE + """
 local now = clock()
 local before = record(now)
 if not before then return false end
+if ARGV[3] ~= '' and (before[3] ~= ARGV[3] or not before[2]) then return false end
 redis.call('HDEL', KEYS[1], 'holder', 'secret')
 local holder = 'null'
 if before[2] then holder = cjson.encode(before[2]) end

@@ -353,12 +353,16 @@ class SqliteStore(LeaseStore):
         # LIKE is case-insensitive for ASCII in SQLite: filter exactly here.
         return readable_records([r for r in rows if r[0].startswith(prefix)], _record)
 
-    def force_release(self, key: str, by: str) -> LeaseRecord | None:
+    def force_release(self, key: str, by: str, token: int | None = None) -> LeaseRecord | None:
+        # One BEGIN IMMEDIATE transaction: no other write can come between
+        # the read that checks the token and the break.
         with self._transaction() as conn:
             row = conn.execute(SELECT + " WHERE key = ?", (key,)).fetchone()
             if row is None:
                 return None
             before = _record(row)
+            if token is not None and (before.token != token or before.holder is None):
+                return None
             conn.execute(BREAK, (key,))
             self._add_event(conn, key, "broken", before.token, before.holder, {"by": by})
             return before

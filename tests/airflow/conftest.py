@@ -8,6 +8,7 @@ its configuration once, at import time)."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -32,6 +33,8 @@ os.environ.update({
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{HOME}/airflow.db",
     "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+    # The DAG-run lease refuses the Task SDK's unexpanded '{FERNET_KEY}'.
+    "AIRFLOW__LEASE_INTEGRATIONS__RUN_SECRET_KEY": secrets.token_urlsafe(32),
     "PYTHONDONTWRITEBYTECODE": "1",
 })
 

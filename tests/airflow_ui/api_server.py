@@ -74,29 +74,37 @@ def entry_point_shim(site: Path) -> Path | None:
     return site
 
 
+SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+
+
 class ApiServer:
-    def __init__(self, home: Path, store_db: Path) -> None:
+    def __init__(self, home: Path, store_db: Path, *, users: dict[str, str] | None = None,
+                 auth_manager: str = SIMPLE_AUTH_MANAGER, python_path: tuple[str, ...] = (),
+                 extra_env: dict[str, str] | None = None) -> None:
+        """``users``: name -> SimpleAuthManager role; ``auth_manager`` may name
+        a subclass importable from ``python_path``; ``extra_env`` is added last."""
+        users = users or USERS
         self.home = home
         self.store_url = f"sqlite://{store_db}"
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.passwords = {user: secrets.token_urlsafe(12) for user in USERS}
+        self.passwords = {user: secrets.token_urlsafe(12) for user in users}
         password_file = home / "passwords.json"
         home.mkdir(parents=True, exist_ok=True)
         password_file.write_text(json.dumps(self.passwords))
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("AIRFLOW") and k != "LEASE_STORE_URL"}
         shim = entry_point_shim(home / "site")
-        path = [p for p in (str(shim) if shim else "", os.environ.get("PYTHONPATH", "")) if p]
+        path = [p for p in (str(shim) if shim else "", *python_path,
+                            os.environ.get("PYTHONPATH", "")) if p]
         env.update({
             "PYTHONPATH": os.pathsep.join(path),
             "AIRFLOW_HOME": str(home),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
-            "AIRFLOW__CORE__AUTH_MANAGER":
-                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+            "AIRFLOW__CORE__AUTH_MANAGER": auth_manager,
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS":
-                ",".join(f"{u}:{r}" for u, r in USERS.items()),
+                ",".join(f"{u}:{r}" for u, r in users.items()),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(password_file),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
             "AIRFLOW__API__HOST": "127.0.0.1",
@@ -109,6 +117,7 @@ class ApiServer:
             "AIRFLOW_CONN_LEASE_DEFAULT": f"sqlite:///{store_db}",
             "PYTHONDONTWRITEBYTECODE": "1",
         })
+        env.update(extra_env or {})
         self.env = env
         self.log = home / "api-server.out"
         self.proc: subprocess.Popen[bytes] | None = None

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 from api_server import ApiServer, poll
 
@@ -34,6 +35,26 @@ def api_server() -> Iterator[ApiServer]:
     finally:
         server.stop()
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def tokens(api_server: ApiServer) -> dict[str, str]:
+    return {user: api_server.token(user) for user in ("admin", "viewer")}
+
+
+@pytest.fixture
+def http(api_server: ApiServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=api_server.base, timeout=30, follow_redirects=False) as client:
+        yield client
+
+
+def as_user(tokens: dict[str, str], user: str | None, *, cookie: bool = False) -> dict[str, str]:
+    """Request headers: the UI's session cookie or a Bearer token (none: anonymous)."""
+    if user is None:
+        return {}
+    if cookie:
+        return {"Cookie": f"_token={tokens[user]}"}
+    return {"Authorization": f"Bearer {tokens[user]}"}
 
 
 @pytest.fixture

@@ -5,34 +5,12 @@ exactly as the browser's (session cookie) or a script's (Bearer token)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import httpx
-import pytest
 from api_server import ApiServer, poll
-from conftest import Holder
+from conftest import Holder, as_user
 
 from lease_integrations import connect
-
-
-@pytest.fixture(scope="module")
-def tokens(api_server: ApiServer) -> dict[str, str]:
-    return {user: api_server.token(user) for user in ("admin", "viewer")}
-
-
-@pytest.fixture
-def http(api_server: ApiServer) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=api_server.base, timeout=30, follow_redirects=False) as client:
-        yield client
-
-
-def as_user(tokens: dict[str, str], user: str | None, *, cookie: bool = False) -> dict[str, str]:
-    """Request headers: the UI's session cookie or a Bearer token (none: anonymous)."""
-    if user is None:
-        return {}
-    if cookie:
-        return {"Cookie": f"_token={tokens[user]}"}
-    return {"Authorization": f"Bearer {tokens[user]}"}
 
 
 def reads(key: str) -> list[tuple[str, str]]:

@@ -71,6 +71,38 @@ def test_break_json_and_not_held_and_unknown(
     assert [e.kind for e in store.history(key)] == ["acquired", "broken"]  # no second break
 
 
+def test_break_on_a_token_breaks_only_that_lease(
+    store: LeaseStore, cli_url: str, key: str, leasectl: Leasectl
+) -> None:
+    """``--token N``: what the operator looked at is what gets broken. A
+    holder that took the key since is left alone (exit 4), in one step in
+    the store, not a check here and a break after it."""
+    first = store.acquire(key, HOLDER, HOLDER, 30, {}).record
+    assert first is not None and store.release(key, HOLDER, first.token)
+    nxt = "next:2:0000000000000002"
+    second = store.acquire(key, nxt, nxt, 30, {}).record
+    assert second is not None
+    stale = leasectl("--url", cli_url, "break", key, "--yes", "--token", str(first.token))
+    assert stale.code == 4, (stale.out, stale.err)
+    assert f"token {second.token}" in stale.err and f"--token {first.token}" in stale.err
+    record = store.get(key)
+    assert record is not None and (record.holder, record.token) == (nxt, second.token)
+    assert "broken" not in [e.kind for e in store.history(key)]
+
+    data = json.loads(leasectl("--url", cli_url, "break", key, "--yes", "--by", "ci",
+                               "--token", str(second.token), "--json").out)
+    assert (data["broken"], data["before"]["token"], data["before"]["holder"]) == (
+        True, second.token, nxt)
+    last = store.history(key)[-1]
+    assert (last.kind, last.token, last.detail.get("by")) == ("broken", second.token, "ci")
+    # The same token again: released by now, nothing to break (exit 0, no second event).
+    again = leasectl("--url", cli_url, "break", key, "--yes", "--token", str(second.token))
+    assert again.code == 0 and "nothing to break" in again.out
+    assert [e.kind for e in store.history(key)].count("broken") == 1
+    bad = leasectl("--url", cli_url, "break", key, "--yes", "--token", "seven")
+    assert bad.code == 2 and "--token" in bad.err
+
+
 def test_break_stops_a_live_holder_in_another_process_which_records_the_loss(
     cli_url: str, key: str, tmp_path: Path, leasectl: Leasectl
 ) -> None:

@@ -7,18 +7,24 @@ here; a new store is done when this file passes for it.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
 
+import break_race_worker
 import pytest
 
-from lease_integrations import LeaseBusy, LeaseLock, LeaseRecord, LeaseStore
-from lease_integrations.core.store import HISTORY_LIMIT
+from lease_integrations import LeaseBusy, LeaseLock, LeaseRecord, LeaseStore, connect
+from lease_integrations.core.store import HISTORY_LIMIT, LeaseEvent
 
 TTL = 30.0  # long enough that nothing expires by accident under load
 SHORT_TTL = 0.6  # for the expiry rules: bounded polls wait it out
@@ -371,6 +377,122 @@ def test_force_release_breaks_any_holder_and_returns_the_record(store: LeaseStor
     assert record is not None and record.state == "released" and record.token == rec.token
     assert not store.release(key, S("alice"), rec.token)
     assert store.force_release(key + "-never", by="ops") is None
+
+
+def test_break_on_a_token_breaks_the_lease_that_still_carries_it(store: LeaseStore, key: str) -> None:
+    rec = grant(store, key, "alice", meta={"host": "w1"})
+    before = store.force_release(key, by="ops@console", token=rec.token)
+    assert before is not None and before.holder == "alice" and before.token == rec.token
+    record = store.get(key)
+    assert record is not None and record.state == "released" and record.token == rec.token
+    assert not store.renew(key, S("alice"), rec.token, TTL)
+    last = store.history(key)[-1]
+    assert (last.kind, last.token, last.holder) == ("broken", rec.token, "alice")
+    assert last.detail.get("by") == "ops@console"
+
+
+def test_break_on_a_stale_token_leaves_the_new_holder_alone(store: LeaseStore, key: str) -> None:
+    """The check-then-break race, one step at a time: the operator reads
+    alice's token, bob takes the key, the break on alice's token arrives."""
+    alice = grant(store, key, "alice")
+    seen = store.get(key)
+    assert seen is not None and seen.token == alice.token
+    assert store.release(key, S("alice"), alice.token)
+    bob = grant(store, key, "bob")
+    assert store.force_release(key, by="ops@console", token=seen.token) is None
+    record = store.get(key)
+    assert record is not None and record.holder == "bob" and record.state == "held"
+    assert record.token == bob.token
+    assert store.renew(key, S("bob"), bob.token, TTL)
+    assert "broken" not in [e.kind for e in store.history(key)]
+    # A released lease is not broken again, even on its own token.
+    assert store.release(key, S("bob"), bob.token)
+    assert store.force_release(key, by="ops@console", token=bob.token) is None
+    assert "broken" not in [e.kind for e in store.history(key)]
+    assert store.force_release(key + "-never", by="ops", token=1) is None
+
+
+def test_break_on_a_token_races_new_holders_across_processes(
+    store_url: str, key: str, tmp_path: Path
+) -> None:
+    """Two takers grant, renew and release the key as fast as they can while
+    two breakers read it and break on the token they read: a new holder
+    often takes the key between a breaker's read and its break. A break must
+    only ever end the lease it aimed at, and a taker's release is refused
+    exactly when its own lease was broken. Processes on every store processes
+    can share; threads on the memory store (it lives in one process)."""
+    rounds, takers, breakers = 100, 2, 2
+    take_outs = [tmp_path / f"take-{i}.jsonl" for i in range(takers)]
+    break_outs = [tmp_path / f"break-{i}.jsonl" for i in range(breakers)]
+    stop = tmp_path / "stop"
+    worker = break_race_worker
+
+    def breakers_ready() -> None:
+        until(lambda: all(worker.ready(out).exists() for out in break_outs), timeout=60,
+              what="the breakers to connect")
+
+    if store_url.startswith("memory:"):
+        # Threads switch every 5 ms by default: too rarely to land between a
+        # breaker's read and its break. Switch as often as CPython can.
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)
+        try:
+            threads = [threading.Thread(target=worker.breaker, args=(store_url, key, stop, out))
+                       for out in break_outs]
+            for t in threads:
+                t.start()
+            breakers_ready()
+            take_threads = [threading.Thread(target=worker.take,
+                                             args=(store_url, key, rounds, break_outs, out))
+                            for out in take_outs]
+            for t in take_threads:
+                t.start()
+            for t in take_threads:
+                t.join(timeout=150)
+            stop.touch()
+            for t in threads:
+                t.join(timeout=30)
+        finally:
+            sys.setswitchinterval(switch)
+        assert not any(t.is_alive() for t in threads + take_threads)
+    else:
+        command = [sys.executable, worker.__file__]
+        breaking = [subprocess.Popen([*command, "break", "--url", store_url, "--key", key,
+                                      "--out", str(out), "--stop", str(stop)]) for out in break_outs]
+        taking: list[subprocess.Popen[bytes]] = []
+        try:
+            breakers_ready()
+            waits = [arg for out in break_outs for arg in ("--breaker", str(out))]
+            taking = [subprocess.Popen([*command, "take", "--url", store_url, "--key", key,
+                                        "--out", str(out), "--rounds", str(rounds), *waits])
+                      for out in take_outs]
+            assert [p.wait(timeout=150) for p in taking] == [0] * takers
+            stop.touch()
+            assert [p.wait(timeout=30) for p in breaking] == [0] * breakers
+        finally:
+            for p in taking + breaking:
+                if p.poll() is None:
+                    p.kill()
+
+    def rows(paths: list[Path]) -> list[dict[str, Any]]:
+        return [json.loads(line) for p in paths for line in p.read_text().splitlines()]
+
+    taken, aimed = rows(take_outs), rows(break_outs)
+    broken = [r for r in aimed if r["broke"] is not None]
+    missed = [r for r in aimed if r["broke"] is None]
+    assert len(taken) >= rounds * takers
+    assert [r for r in broken if r["broke"] != r["aimed"] or r["holder"] is None] == []
+    broken_tokens = [r["broke"] for r in broken]
+    assert len(set(broken_tokens)) == len(broken_tokens), "one lease broken twice"
+    assert {r["token"] for r in taken if not r["released"]} == set(broken_tokens)
+    assert broken and missed, f"the race was not exercised: {len(broken)} broken, {len(missed)} missed"
+    for event in store_history_breaks(store_url, key):
+        assert event.token in broken_tokens and str(event.detail.get("by")).startswith("breaker-")
+
+
+def store_history_breaks(url: str, key: str) -> list[LeaseEvent]:
+    with connect(url) as store:
+        return [e for e in store.history(key, HISTORY_LIMIT) if e.kind == "broken"]
 
 
 # -- history ---------------------------------------------------------------------------

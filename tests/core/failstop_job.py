@@ -105,8 +105,7 @@ def main() -> None:
                     working.wait()
                 child = subprocess.Popen([sys.executable, "-c", TICKER, str(args.dir / "ticks"),
                                           "1", TICKER], start_new_session=True)
-                while len({line.split()[1] for line in (args.dir / "ticks").read_text(
-                        ).splitlines()} if (args.dir / "ticks").exists() else ()) < 2:
+                while not {"child0", "child1"} <= set((args.dir / "ticks").read_text().split()):
                     time.sleep(0.01)  # until the child and the grandchild both tick
                 from lease_integrations.core.descendants import descendants
                 started(lease, sorted(descendants()))
@@ -124,4 +123,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BaseException:  # a broken job must not hang on its work threads
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)

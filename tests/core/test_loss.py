@@ -11,6 +11,7 @@ callback ran) to the last sign of work."""
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import time
@@ -39,6 +40,9 @@ def start_job(url: str, key: str, shape: str, evidence: Path,
          "--ttl", str(TTL), *(["--self-break"] if url.startswith("memory://") else [])],
         stdout=subprocess.PIPE, text=True, cwd=ROOT, env=os.environ)
     assert job.stdout is not None
+    if not select.select([job.stdout], [], [], 60)[0]:
+        job.kill()
+        pytest.fail("the job did not start within 60 s")
     line = job.stdout.readline().split()
     assert line[:1] == ["held"], f"the job did not start: {line}"
     return job, [int(pid) for pid in line[2:]]

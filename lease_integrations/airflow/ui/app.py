@@ -13,7 +13,7 @@ from fastapi import FastAPI, Form, Header, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from lease_integrations.console.render import event_json, record_json
-from lease_integrations.core import ConfigurationError, LeaseError, LeaseRecord
+from lease_integrations.core import ConfigurationError, LeaseError, LeaseEvent, LeaseRecord
 
 from . import auth, pages
 from .auth import CurrentUser
@@ -32,6 +32,38 @@ class AsciiJSONResponse(JSONResponse):  # type: ignore[misc]  # untyped for mypy
     def render(self, content: Any) -> bytes:
         return json.dumps(content, ensure_ascii=True, allow_nan=False, indent=None,
                           separators=(",", ":")).encode("ascii")
+
+
+#: Sent with every response, errors included: only the Airflow UI's own
+#: origin may frame the pages. They live in the UI's iframe, so ``DENY`` would
+#: break them; without a policy a page on another origin (even a sibling port
+#: or subdomain of the same site, which the browser still sends the session
+#: cookie from) could frame the confirm page invisibly and have a signed-in
+#: admin click "Break". X-Frame-Options for browsers without CSP level 2.
+FRAME_HEADERS = ((b"content-security-policy", b"frame-ancestors 'self'"),
+                 (b"x-frame-options", b"SAMEORIGIN"))
+
+
+class FramePolicy:
+    """Plain ASGI middleware that adds ``FRAME_HEADERS`` to every response
+    start (the app's own error pages and JSON included)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_policy(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                present = {name.lower() for name, _ in message.get("headers", [])}
+                message["headers"] = [*message.get("headers", []),
+                                      *(h for h in FRAME_HEADERS if h[0] not in present)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_policy)
 
 
 app = FastAPI(title="Leases", description="Lease locks of lease_integrations (key, holder, token).",
@@ -69,20 +101,37 @@ def _dag_leases(records: list[LeaseRecord], dag_id: str) -> list[LeaseRecord]:
 
 
 # -- pages ---------------------------------------------------------------------
+def _visible(user: Any, records: list[LeaseRecord]) -> list[LeaseRecord]:
+    """The rows this user may see (the rule is in ``auth``'s docstring)."""
+    access = auth.DagAccess(user)
+    return [r for r in records if access.record(r)]
+
+
+def _key_history(user: Any, key: str, store: Any) -> tuple[LeaseRecord | None, list[LeaseEvent]]:
+    """A key's record and events, 403 unless the user may read every DAG they name."""
+    auth.require_page(user)
+    record, events = store.get(key), store.history(key, HISTORY_LIMIT)
+    access = auth.DagAccess(user)
+    access.require_key((record is None or access.record(record)) and access.events(events))
+    return record, events
+
+
 def leases(prefix: str = "", user: Any = CurrentUser) -> str:
+    auth.require_page(user)
     with open_store() as (store, source):
-        records = store.list(prefix)
+        records = _visible(user, store.list(prefix))
     return pages.leases_page(records, source, prefix, can_break=auth.may_break(user),
                              user=auth.user_name(user))
 
 
 def history(key: str = Query(min_length=1), user: Any = CurrentUser) -> str:
     with open_store() as (store, source):
-        record, events = store.get(key), store.history(key, HISTORY_LIMIT)
+        record, events = _key_history(user, key, store)
     return pages.history_page(key, record, events, source, can_break=auth.may_break(user))
 
 
 def dag_tab(dag_id: str = Query(min_length=1), user: Any = CurrentUser) -> str:
+    auth.DagAccess(user).require_dag(dag_id)
     with open_store() as (store, source):
         records = _dag_leases(store.list(), dag_id)
     return pages.dag_page(dag_id, records, source)
@@ -93,6 +142,9 @@ def confirm_break(key: str = Query(min_length=1), user: Any = CurrentUser) -> st
     auth.require_break_permission(user)
     with open_store() as (store, source):
         record = store.get(key)
+    if record is not None:
+        access = auth.DagAccess(user)
+        access.require_key(access.record(record))
     if record is None or record.holder is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"lease {key!r} is not held; nothing to break")
     return pages.confirm_page(record, auth.confirm_token(user, key, record.token), source)
@@ -107,28 +159,34 @@ def do_break(key: str = Form(min_length=1), token: int = Form(), confirm: str = 
 
 # -- JSON ----------------------------------------------------------------------
 def api_leases(prefix: str = "", user: Any = CurrentUser) -> dict[str, Any]:
+    auth.require_page(user)
     with open_store() as (store, source):
-        records = store.list(prefix)
+        records = _visible(user, store.list(prefix))
     return {"store": source.masked_url, "found_through": source.origin,
             "may_break": auth.may_break(user), "leases": [record_json(r) for r in records]}
 
 
 def api_lease(key: str = Query(min_length=1), user: Any = CurrentUser) -> dict[str, Any]:
+    auth.require_page(user)
     with open_store() as (store, _):
         record = store.get(key)
     if record is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no lease {key!r}")
+    access = auth.DagAccess(user)
+    access.require_key(access.record(record))
     return record_json(record)
 
 
 def api_history(key: str = Query(min_length=1), limit: int = Query(HISTORY_LIMIT, ge=1, le=1000),
                 user: Any = CurrentUser) -> dict[str, Any]:
     with open_store() as (store, _):
+        _key_history(user, key, store)
         events = store.history(key, limit)
     return {"key": key, "events": [event_json(e) for e in events]}
 
 
 def api_dag(dag_id: str = Query(min_length=1), user: Any = CurrentUser) -> dict[str, Any]:
+    auth.DagAccess(user).require_dag(dag_id)
     with open_store() as (store, _):
         records = _dag_leases(store.list(), dag_id)
     return {"dag_id": dag_id, "leases": [record_json(r) for r in records]}
@@ -148,18 +206,29 @@ def _break(user: Any, key: str, token: int | None, *, header: str | None,
     auth.require_break_permission(user)
     auth.require_intent(user, key, token, header=header, confirm=confirm)
     with open_store() as (store, source):
+        # The break is always on a token: the confirmed one, else the one of
+        # the record the user was just allowed to see. The store breaks only
+        # that lease, in one step: a check here followed by the break would
+        # break a holder that took the key in between (of another DAG, even).
         current = store.get(key)
-        if token is not None and current is not None and current.holder is not None \
-                and current.token != token:
-            raise HTTPException(status.HTTP_409_CONFLICT,
-                                f"lease {key!r} changed hands (token {current.token}, you confirmed "
-                                f"{token}); nothing broken, look again")
-        before = store.force_release(key, auth.user_name(user))
+        if current is not None:
+            access = auth.DagAccess(user)
+            access.require_key(access.record(current))
+            if token is None:
+                token = current.token
+        before = store.force_release(key, auth.user_name(user), token=token)
+        if before is None and token is not None:
+            current = store.get(key)
+            if current is not None and current.holder is not None:
+                raise HTTPException(status.HTTP_409_CONFLICT,
+                                    f"lease {key!r} changed hands (token {current.token}, you "
+                                    f"confirmed {token}); nothing broken, look again")
     return before, source
 
 
 # -- routes --------------------------------------------------------------------
 # Registered by call rather than by decorator: FastAPI's decorators are untyped for mypy.
+app.add_middleware(FramePolicy)
 app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
 app.add_exception_handler(LeaseError, _store_error)  # type: ignore[arg-type]
 app.add_api_route("/", leases, methods=["GET"], response_class=HTMLResponse)

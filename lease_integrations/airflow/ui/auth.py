@@ -1,12 +1,22 @@
 """Who may see leases, who may break them, and proof that a break was meant.
 
-Reading needs a logged-in Airflow user: every route depends on ``get_user``,
-which accepts the UI's session cookie or a Bearer token and answers 401
-without one. Breaking asks the auth manager through the intended hook for a
-custom action, ``is_authorized_custom_view(method="DELETE",
-resource_name="Leases")``; SimpleAuthManager's version of it ignores method
-and resource (any Viewer would pass), so under it only the Admin role may
-break.
+Every route depends on ``get_user``, which accepts the UI's session cookie or
+a Bearer token and answers 401 without one. Beyond that, the auth manager
+decides (FAB, Keycloak or a custom one may grant per DAG):
+
+- the Leases page, its JSON and a key's history need ``GET`` on the custom
+  view ``Leases`` (``is_authorized_custom_view``; under SimpleAuthManager
+  every role has it);
+- a lease whose meta names a ``dag_id`` is shown only to users who may read
+  that DAG (``is_authorized_dag(method="GET")``); a lease that names no DAG
+  (a Prefect flow's, a script's) needs only the page's permission. A key's
+  history and record need read on every DAG its record and events name;
+- the DAG tab needs read on its DAG, and shows only that DAG's leases;
+- breaking needs, besides the lease's read rule, the auth manager's
+  permission for a custom action, ``is_authorized_custom_view(method="DELETE",
+  resource_name="Leases")``; SimpleAuthManager's version of it ignores method
+  and resource (any Viewer would pass), so under it only the Admin role may
+  break.
 
 A break arrives with the browser's cookie, so a page on another site could
 post one: every break must also carry either the ``X-Lease-Break`` header
@@ -21,10 +31,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow.api_fastapi.core_api.security import get_user
 from fastapi import Depends, HTTPException, status
+
+from lease_integrations.core import LeaseEvent, LeaseRecord
 
 #: The resource name a non-simple auth manager grants ``DELETE`` on (FAB:
 #: the ``can_delete`` permission on ``Leases``).
@@ -41,6 +54,62 @@ CurrentUser = Depends(get_user)
 def user_name(user: Any) -> str:
     """The name recorded in history as who broke a lease."""
     return str(user.get_name())
+
+
+def may_read_page(user: Any) -> bool:
+    from airflow.api_fastapi.app import get_auth_manager
+
+    return bool(get_auth_manager().is_authorized_custom_view(method="GET", resource_name=RESOURCE,
+                                                             user=user))
+
+
+def require_page(user: Any) -> None:
+    if not may_read_page(user):
+        raise HTTPException(status.HTTP_403_FORBIDDEN,
+                            f"user {user_name(user)!r} may not view leases (needs GET on "
+                            f"{RESOURCE!r})")
+
+
+class DagAccess:
+    """The auth manager's answers for one request's user, one call per DAG."""
+
+    def __init__(self, user: Any) -> None:
+        self.user = user
+        self._known: dict[str, bool] = {}
+
+    def dag(self, dag_id: str) -> bool:
+        found = self._known.get(dag_id)
+        if found is None:
+            from airflow.api_fastapi.app import get_auth_manager
+            from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+
+            found = self._known[dag_id] = bool(get_auth_manager().is_authorized_dag(
+                method="GET", details=DagDetails(id=dag_id), user=self.user))
+        return found
+
+    def meta(self, meta: Mapping[str, Any]) -> bool:
+        """True when the meta names no DAG, or one the user may read."""
+        dag_id = meta.get("dag_id") if isinstance(meta, Mapping) else None
+        return dag_id is None or dag_id == "" or self.dag(str(dag_id))
+
+    def record(self, record: LeaseRecord) -> bool:
+        return self.meta(record.meta)
+
+    def events(self, events: Iterable[LeaseEvent]) -> bool:
+        """True when every DAG the events' holders named may be read."""
+        return all(self.meta(e.detail.get("meta") or {}) for e in events)
+
+    def require_dag(self, dag_id: str) -> None:
+        if not self.dag(dag_id):
+            raise HTTPException(status.HTTP_403_FORBIDDEN,
+                                f"user {user_name(self.user)!r} may not read DAG {dag_id!r}")
+
+    def require_key(self, ok: bool) -> None:
+        """403 without naming the DAG: the user did not ask about one."""
+        if not ok:
+            raise HTTPException(status.HTTP_403_FORBIDDEN,
+                                f"user {user_name(self.user)!r} may not read a DAG that holds or "
+                                "held this lease")
 
 
 def may_break(user: Any) -> bool:
