@@ -3,6 +3,8 @@ have caught everything this library raises on purpose."""
 
 from __future__ import annotations
 
+import os
+import socket
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -74,10 +76,22 @@ class LeaseBusy(LeaseError):
         about = describe_meta(self.meta)
         about = f" ({about})" if about else ""
         # The holder is named by whoever took the lease, like meta: escaped alike.
+        ours = " (this process: another thread or task)" if self.meta.get("pid") == os.getpid() \
+            and self.meta.get("host") == socket.gethostname() else ""
         return (
-            f"lease {self.key!r} is held by {_printable(self.holder)}{about} with token "
+            f"lease {self.key!r} is held by {_printable(self.holder)}{ours}{about} with token "
             f"{self.token}, until {when} unless renewed"
         )
+
+
+class NotReentrant(LeaseBusy):
+    """A block asked for a lease that an enclosing block of the same thread or
+    task already holds. Leases are not re-entrant: waiting would wait for
+    ever on itself, so this is raised at once, whatever ``wait`` says."""
+
+    def _message(self) -> str:
+        return (f"lease {self.key!r} is already held by an enclosing block of this thread or "
+                f"task (token {self.token}): leases are not re-entrant; use the outer lease")
 
 
 class LeaseLost(LeaseError):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -107,6 +108,32 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
         os._exit(LEASE_LOST_EXIT_STATUS)
 
 
+#: How long a SIGTERM waits for the process's leases to be given back.
+SIGTERM_RELEASE_TIMEOUT = 2.0
+
+
+def release_on_sigterm() -> None:
+    """Make SIGTERM give the process's leases back before it ends the process,
+    as systemd, Kubernetes and every process manager stop a job (Ctrl-C
+    already does, through the hold's exit). Installed from the main thread
+    only while SIGTERM has its default action: an orchestrator's own handler
+    (Airflow's task runner, a Prefect worker's) is left alone. No exception is
+    raised into the job: the process then ends by SIGTERM as it would have."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    log.warning("SIGTERM: giving back this process's leases, then ending as SIGTERM does")
+    _bounded(lambda: _release_others(None), time.monotonic() + SIGTERM_RELEASE_TIMEOUT,
+             "releasing the leases on SIGTERM")
+    _flush()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _bounded(step: Callable[[], object], deadline: float, what: str) -> None:
     """Run ``step`` on its own thread and wait for it until ``deadline``: a
     hung callback or store must not keep the process alive past its lease."""
@@ -128,14 +155,14 @@ def _bounded(step: Callable[[], object], deadline: float, what: str) -> None:
         log.error("fail-stop: %s did not finish in time; going on", what)
 
 
-def _release_others(lost: Lease) -> None:
+def _release_others(lost: Lease | None) -> None:
     """Give back every other lease this process holds, in parallel: they are
     healthy, and their next holders need not wait out their ttls."""
     from .heartbeat import get_heartbeat
 
     threads = []
     for lease, store in get_heartbeat().held():
-        if lease is not lost:
+        if lease is not lost and lease.pid == os.getpid():
             thread = threading.Thread(target=store.release,
                                       args=(lease.key, lease.secret, lease.token), daemon=True)
             thread.start()

@@ -19,12 +19,14 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Literal
 
 from . import metrics
 from .backoff import Backoff
-from .errors import ConfigurationError, LeaseBusy, LeaseError, LeaseLost
+from .errors import ConfigurationError, LeaseBusy, LeaseError, LeaseLost, NotReentrant
+from .failstop import release_on_sigterm
 from .heartbeat import get_heartbeat
 from .lease import Lease
 from .record import AcquireResult
@@ -43,6 +45,11 @@ log = logging.getLogger("lease_integrations")
 
 #: A notifying store is still polled this often, in case a notification is lost.
 NOTIFIED_POLL_CAP = 2.0
+
+#: (store URL, key) of every lease the blocks enclosing this code hold, per
+#: thread and asyncio task: a nested hold of the same key would wait on itself.
+_enclosing: ContextVar[frozenset[tuple[str, str]]] = ContextVar("lease_enclosing",
+                                                                 default=frozenset())
 
 
 @functools.lru_cache(maxsize=1)
@@ -302,6 +309,17 @@ class LeaseLock:
     @asynccontextmanager
     async def _held_async(self, take: Callable[[], Awaitable[Lease]],
                           release: bool) -> AsyncIterator[Lease]:
+        release_on_sigterm()
+        self._enter_scope()
+        try:
+            async with self._held_async_body(take, release) as lease:
+                yield lease
+        finally:
+            self._leave_scope()
+
+    @asynccontextmanager
+    async def _held_async_body(self, take: Callable[[], Awaitable[Lease]],
+                               release: bool) -> AsyncIterator[Lease]:
         lease = await take()
         canceller = Canceller(lease) if self.on_lost == "cancel" else None
         if self.on_lost == "exit" and not lease.arm_fail_stop():
@@ -338,6 +356,19 @@ class LeaseLock:
         return verdict(lease, exc, refused=refused, closed=closed, cancelled=cancelled)
 
     # -- shared steps ----------------------------------------------------------
+    def _enter_scope(self) -> None:
+        """Note this key as held by the enclosing blocks of this thread or task,
+        or raise ``NotReentrant`` at once if it already is. A set, not a stack:
+        blocks may end out of order (a generator's hold closed inside another)."""
+        scope = (self.store.url, self.key)
+        enclosing = _enclosing.get()
+        if scope in enclosing:
+            raise NotReentrant(self.key, self.store.get(self.key))
+        _enclosing.set(enclosing | {scope})
+
+    def _leave_scope(self) -> None:
+        _enclosing.set(_enclosing.get() - {(self.store.url, self.key)})
+
     def _identity(self, meta: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
         if not meta:  # the usual call: the lock's own meta, validated once per process
             cached = self._meta_cache
@@ -403,8 +434,15 @@ class Hold:
         self.lease: Lease | None = None
 
     def __enter__(self) -> Lease:
-        self.lease = lease = self._take()
+        release_on_sigterm()
+        self.lock._enter_scope()
+        try:
+            self.lease = lease = self._take()
+        except BaseException:
+            self.lock._leave_scope()
+            raise
         if self.lock.on_lost == "exit" and not lease.arm_fail_stop():
+            self.lock._leave_scope()
             self.lock._end(lease, self._release)  # lost before the block began
             raise LeaseLost(lease.key, lease.token, lease.lost_reason or "")
         return lease
@@ -413,6 +451,7 @@ class Hold:
                  tb: TracebackType | None) -> Literal[False]:
         lease = self.lease
         assert lease is not None
+        self.lock._leave_scope()
         if lease.pid != os.getpid():
             return False  # a forked child leaving the block: the lease is its parent's
         lease.disarm()

@@ -76,3 +76,16 @@ def test_outside_cancellation_stays_a_cancellation(key: str) -> None:
     asyncio.run(main())
     record = store.get(key)
     assert record is not None and record.state == "released"
+
+
+def test_a_nested_hold_async_of_the_same_key_fails_at_once(key: str) -> None:
+    store = connect(f"memory://{key}")
+    lock = LeaseLock(store, key, ttl=5)
+
+    async def main() -> None:
+        async with lock.hold_async():
+            with pytest.raises(LeaseBusy, match="not re-entrant"):
+                async with lock.hold_async(wait=None):
+                    pytest.fail("entered a second hold of the same key")
+
+    asyncio.run(asyncio.wait_for(main(), 10))

@@ -4,9 +4,13 @@ the trust window and the loss policies. Runs on the memory and SQLite stores
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -176,3 +180,63 @@ def test_one_heartbeat_thread_serves_every_lease(local_store: LeaseStore, key: s
     finally:
         for lock, lease in zip(locks, leases):
             lock.release(lease)
+
+
+def test_a_nested_hold_of_the_same_key_fails_at_once_as_not_reentrant(
+        local_store: LeaseStore, key: str) -> None:
+    """It used to wait for ever on itself with ``wait=None``."""
+    lock = LeaseLock(local_store, key, ttl=5.0)
+    with lock.hold() as outer:
+        started = time.monotonic()
+        with pytest.raises(LeaseBusy, match="not re-entrant") as busy, lock.hold(wait=None):
+            pytest.fail("entered a second hold of the same key")
+        assert time.monotonic() - started < 2
+        assert busy.value.token == outer.token
+        with pytest.raises(LeaseBusy, match="not re-entrant"), \
+                LeaseLock(connect(local_store.url), key, ttl=5.0).hold(wait=None):
+            pass  # another store object for the same store and key: the same lease
+    with lock.hold():  # once left, the key can be held again
+        pass
+
+
+def test_another_thread_of_this_process_waits_and_is_told_who_holds(
+        local_store: LeaseStore, key: str) -> None:
+    lock = LeaseLock(local_store, key, ttl=5.0)
+    seen: list[str] = []
+    with lock.hold():
+        def contend() -> None:
+            try:
+                with lock.hold(wait=0):
+                    pass
+            except LeaseBusy as busy:
+                seen.append(str(busy))
+        thread = threading.Thread(target=contend)
+        thread.start()
+        thread.join(10)
+    assert len(seen) == 1 and "this process: another thread or task" in seen[0]
+    assert "not re-entrant" not in seen[0]
+
+
+SIGTERM_HOLDER = """
+import sys, time
+from lease_integrations import LeaseLock, connect
+lock = LeaseLock(connect(sys.argv[1]), sys.argv[2], ttl=60.0)
+with lock.hold() as lease:
+    print("held", lease.token, flush=True)
+    time.sleep(60)
+"""
+
+
+def test_sigterm_gives_a_plain_scripts_lease_back(tmp_path: Path, key: str) -> None:
+    """systemd and Kubernetes stop with SIGTERM: the lease must not stay held
+    for its whole ttl (60 s here), and the process still ends by SIGTERM."""
+    url = f"sqlite://{tmp_path}/leases.db"
+    proc = subprocess.Popen([sys.executable, "-c", SIGTERM_HOLDER, url, key],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().split()[0] == "held"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == -signal.SIGTERM
+    with connect(url) as store:
+        record = store.get(key)
+        assert record is not None and not record.held
+        assert [e.kind for e in store.history(key)] == ["acquired", "released"]
