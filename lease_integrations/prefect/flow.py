@@ -71,6 +71,11 @@ class LeasePlan:
         self.heartbeat = validate_heartbeat(heartbeat, self.ttl)
         self.on_busy = validate_policy(on_busy, ON_BUSY_POLICIES, "on_busy")
         self.on_lost = validate_policy(on_lost, ON_LOST_POLICIES, "on_lost")
+        if self.on_lost == "cancel" and not inspect.iscoroutinefunction(fn):
+            raise ConfigurationError(
+                f"on_lost='cancel' applies to async flows only ({flow_name!r} is sync: a "
+                "thread cannot be cancelled); use 'exit' or 'check'"
+            )
         if wait_timeout is not None and self.on_busy != "wait":
             raise ConfigurationError(
                 f"wait_timeout={wait_timeout!r} only applies to on_busy='wait' "
