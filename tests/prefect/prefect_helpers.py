@@ -53,6 +53,12 @@ class Child:
         data: dict[str, Any] = json.loads(self.out.read_text())
         return data
 
+    def wait(self, timeout: float = 90.0) -> int | None:
+        """The child's exit status, once it has ended (None if it has not)."""
+        self.proc.join(timeout)
+        code: int | None = self.proc.exitcode
+        return code
+
     def done(self) -> bool:
         return self.out.exists()
 
@@ -72,3 +78,24 @@ def entered(coord: Path) -> list[dict[str, Any]]:
 
 def release(coord: Path) -> None:
     (coord / "release").write_text("")
+
+
+def ticks(coord: Path) -> list[tuple[float, str]]:
+    """The work log: (wall-clock time, who) per tick, from every thread."""
+    path = coord / "ticks"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [(float(at), who) for at, who in (line.split() for line in lines if line.strip())]
+
+
+def lost_at(coord: Path) -> float:
+    """When the body's on_lost callback ran: the moment the loss was known."""
+    return float((coord / "lost").read_text())
+
+
+def run_states(flow_run_id: Any) -> tuple[Any, list[Any]]:
+    """A flow run's current state and every state it has had, from the API."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(flow_run_id)
+        return run.state, list(client.read_flow_run_states(flow_run_id))
