@@ -21,6 +21,7 @@ from prefect import flow, task
 from prefect.context import FlowRunContext
 from prefect.task_runners import ThreadPoolTaskRunner
 
+import lease_integrations
 from lease_integrations import Lease
 from lease_integrations.prefect import current_lease, leased, leased_flow
 
@@ -48,6 +49,7 @@ def enter(label: str = "") -> str:
     )
     lease = current_lease()
     record = {"run": run, "label": label, "pid": os.getpid(), "token": lease.token,
+              "library": str(Path(lease_integrations.__file__).resolve().parents[1]),
               "key": lease.key, "holder": lease.holder, "meta": lease.meta, "others_inside": inside,
               "thread": threading.current_thread().name}
     tmp = d / f".entered-{run}.tmp"

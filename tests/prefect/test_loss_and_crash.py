@@ -20,7 +20,15 @@ from typing import Any
 
 import flows_for_tests as ff
 import pytest
-from prefect_helpers import Child, entered, lost_at, run_states, ticks, wait_until
+from prefect_helpers import (
+    Child,
+    break_when_working,
+    entered,
+    last_work,
+    run_states,
+    ticks,
+    wait_until,
+)
 
 from lease_integrations import LEASE_LOST_EXIT_STATUS, connect
 
@@ -29,33 +37,13 @@ from lease_integrations import LEASE_LOST_EXIT_STATUS, connect
 HEARTBEAT, GRACE = ff.TTL / 3, ff.TTL / 5 / 4
 
 
-def _break_when_working(coord: Path, url: str, key: str, workers: set[str]) -> dict[str, Any]:
-    """Once the body holds the lease and every one of ``workers`` ticks, break
-    the lease as an operator would. Returns the body's entry record."""
-    (record,) = wait_until(lambda: entered(coord), 120, "the body to hold the lease")
-    wait_until(lambda: workers <= {who for _, who in ticks(coord)}, 60,
-               f"{sorted(workers)} to work")
-    broken = connect(url).force_release(key, by="test-operator")
-    assert broken is not None and broken.token == record["token"], broken
-    return record
-
-
-def _last_work(coord: Path, what: str) -> tuple[float, float]:
-    """(when the loss was known, last sign of work after it), printed."""
-    lost = lost_at(coord)
-    last = max(at for at, _ in ticks(coord))
-    print(f"\n{what}: last work {last - lost:+.3f} s after the loss was known "
-          f"(bound: heartbeat + grace = {HEARTBEAT + GRACE:.2f} s)")
-    return lost, last
-
-
 def _assert_ended_and_crashed(child: Child, coord: Path, run_id: str, what: str) -> None:
     """The process ended by fail-stop, all work stopped in time, nothing ran
     on, and the API shows the run Crashed by our stop hook, never Completed."""
     status = child.wait(60)
     assert status == LEASE_LOST_EXIT_STATUS, (status, child.output())
     assert not child.done(), "the flow call returned: the process was not ended"
-    lost, last = _last_work(coord, what)
+    lost, last = last_work(coord, what, HEARTBEAT + GRACE)
     assert last <= lost + HEARTBEAT + GRACE, (last - lost, ticks(coord)[-5:])
     assert not list(coord.glob("exited-*")), "the body ran to its end"
     count = len(ticks(coord))
@@ -78,7 +66,7 @@ def test_flow_with_four_thread_pool_tasks_is_ended_whole_and_reported_crashed(
 
     child = spawn("fan_out")
     tasks = {f"task{i}" for i in range(4)}
-    record = _break_when_working(coord, lease_url, "fan-out", tasks)
+    record = break_when_working(coord, lease_url, "fan-out", tasks)
     _assert_ended_and_crashed(child, coord, record["run"], "@leased_flow with 4 thread-pool tasks")
     assert {who for _, who in ticks(coord)} == tasks
     with get_client(sync_client=True) as client:
@@ -98,7 +86,7 @@ def test_flow_with_four_thread_pool_tasks_is_ended_whole_and_reported_crashed(
 def test_lost_lease_ends_the_run_process_and_reports_it_crashed(
         spawn: Any, coord: Path, lease_url: str, flow: str, key: str) -> None:
     child = spawn(flow)
-    record = _break_when_working(coord, lease_url, key, {"body"})
+    record = break_when_working(coord, lease_url, key, {"body"})
     _assert_ended_and_crashed(child, coord, record["run"], flow)
     assert not list(coord.glob("swallowed-*")), "except Exception caught the loss"
     assert (record["thread"] == "MainThread") == (flow != "long_sync@thread")
@@ -109,10 +97,10 @@ def test_check_policy_stops_nothing_and_the_run_fails(
     """``on_lost="check"``: the tasks work on (here 2.5 s past the loss, then
     they return), the process is not ended, and the run ends Failed."""
     child = spawn("fan_out_checked", stop_after_loss=2.5)
-    record = _break_when_working(coord, lease_url, "fan-out", {f"task{i}" for i in range(4)})
+    record = break_when_working(coord, lease_url, "fan-out", {f"task{i}" for i in range(4)})
     result = child.result()
     assert child.wait() == 0, child.output()
-    lost, last = _last_work(coord, "on_lost='check'")
+    lost, last = last_work(coord, "on_lost='check'", HEARTBEAT + GRACE)
     assert last > lost + HEARTBEAT + GRACE, "work was stopped under on_lost='check'"
     assert list(coord.glob("exited-*")), "the body did not run to its end"
     assert result["type"] == "FAILED" and "was lost" in result["message"], result
@@ -127,10 +115,10 @@ def test_cancel_policy_cancels_an_async_body_and_the_run_fails(
     it ends (it swallows the first cancel and meets the next); the process
     goes on and the run ends Failed."""
     child = spawn("cancelled_async")
-    record = _break_when_working(coord, lease_url, "cancelled-async", {"body"})
+    record = break_when_working(coord, lease_url, "cancelled-async", {"body"})
     result = child.result()
     assert child.wait() == 0, child.output()
-    lost, last = _last_work(coord, "on_lost='cancel' (async flow)")
+    lost, last = last_work(coord, "on_lost='cancel' (async flow)", HEARTBEAT + GRACE)
     assert last <= lost + HEARTBEAT + GRACE, (last - lost, ticks(coord)[-5:])
     assert list(coord.glob("swallowed-*")), "the body never saw a cancel"
     assert not list(coord.glob("exited-*")), "the body ran to its end"
