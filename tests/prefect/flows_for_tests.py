@@ -221,6 +221,12 @@ def fan_out() -> int:
     return fan_out_body()
 
 
+@flow
+def calls_fan_out() -> int:
+    """A plain flow whose subflow, in this process, holds the lease."""
+    return fan_out()
+
+
 @leased_flow(key="fan-out", ttl=TTL, on_busy="fail", on_lost="check",
              task_runner=ThreadPoolTaskRunner(max_workers=4))
 def fan_out_checked(stop_after_loss: float = 2.5) -> int:

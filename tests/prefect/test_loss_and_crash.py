@@ -76,6 +76,26 @@ def test_flow_with_four_thread_pool_tasks_is_ended_whole_and_reported_crashed(
     assert not [run for run in task_runs if run.state is not None and run.state.is_completed()]
 
 
+def test_a_leased_subflow_that_loses_its_lease_crashes_its_parent_run_too(
+        spawn: Any, coord: Path, lease_url: str) -> None:
+    """The process ends the parent flow run with its subflow: both are
+    reported Crashed, neither is left Running."""
+    from prefect.client.orchestration import get_client
+
+    child = spawn("calls_fan_out")
+    record = break_when_working(coord, lease_url, "fan-out", {f"task{i}" for i in range(4)})
+    _assert_ended_and_crashed(child, coord, record["run"], "@leased_flow as a subflow")
+    with get_client(sync_client=True) as client:
+        subflow = client.read_flow_run(record["run"])
+        assert subflow.parent_task_run_id is not None
+        parent_id = client.read_task_run(subflow.parent_task_run_id).flow_run_id
+    assert parent_id is not None
+    state, history = run_states(parent_id)
+    assert state is not None and state.is_crashed(), state
+    assert "was lost" in (state.message or ""), state
+    assert not [s for s in history if s.is_completed()], history
+
+
 @pytest.mark.parametrize(("flow", "key"), [
     ("long_sync", "long-sync"),                     # the main thread, in time.sleep
     ("long_sync@thread", "long-sync"),              # called from another thread
