@@ -13,8 +13,8 @@ returns a ``Cancelled`` state naming the holder (like Prefect's CANCEL_NEW),
 message), ``wait`` waits (``wait_timeout`` seconds, or for ever) and then
 fails. A lost lease (``on_lost="exit"``, the default) reports the run (and
 the flow runs that called it in this process) Crashed with the reason and
-ends the process running it: the body, the task
-runs it submitted to a thread-pool runner, and every process it started
+ends the process running it: the body, the task runs it submitted to a
+thread-pool runner, and every process it started
 (``lease_integrations.core.failstop``). Deployed runs get a process of their
 own from the runner or worker, so nothing else is stopped with it; a flow
 called in-process ends its caller too (``on_lost="check"`` for code that must
