@@ -135,7 +135,9 @@ def tick(who: str) -> None:
 
 
 def record_loss(lease: Lease) -> None:
-    (coord_dir() / "lost").write_text(f"{time.time():.6f}")
+    tmp = coord_dir() / ".lost.tmp"
+    tmp.write_text(f"{time.time():.6f}")
+    tmp.rename(coord_dir() / "lost")  # whoever reads it reads it whole
 
 
 def lost_for(seconds: float) -> bool:
