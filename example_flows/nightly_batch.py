@@ -35,9 +35,8 @@ def extract(day: str) -> list[int]:
 
 @task
 def load(rows: list[int]) -> int:
-    # A long step may check its lease between chunks; with on_lost="exit", the
-    # default, a lost lease also ends the run's process by itself (the run is
-    # reported Crashed), and check() is what stops it under on_lost="check".
+    # A long step checks its lease between chunks (on_lost="interrupt", the
+    # default, also stops the flow by itself when the lease is lost).
     for _ in rows:
         current_lease().check()
         time.sleep(0.01)
