@@ -52,7 +52,7 @@ def annotate_sync(ctx: Any, lease: Lease) -> None:
             markdown=_markdown(lease), key=artifact_key_for(lease.key),
             description=f"lease {lease.key} token {lease.token}", _sync=True,
         )
-    except Exception as exc:  # the interrupt is a BaseException: it passes
+    except Exception as exc:  # best effort: the run goes on unannotated
         log.warning("could not annotate flow run with lease %s: %s", lease.key, exc)
 
 
@@ -67,5 +67,5 @@ async def annotate_async(ctx: Any, lease: Lease) -> None:
             markdown=_markdown(lease), key=artifact_key_for(lease.key),
             description=f"lease {lease.key} token {lease.token}",
         )
-    except Exception as exc:  # the interrupt is a BaseException: it passes
+    except Exception as exc:  # best effort; a cancel (on_lost='cancel') passes
         log.warning("could not annotate flow run with lease %s: %s", lease.key, exc)

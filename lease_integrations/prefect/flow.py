@@ -11,9 +11,10 @@ Inside the run, a busy lease ends the run as Prefect states do: ``skip``
 returns a ``Cancelled`` state naming the holder (like Prefect's CANCEL_NEW),
 ``fail`` raises ``LeaseBusy`` (the run is Failed with the holder in the
 message), ``wait`` waits (``wait_timeout`` seconds, or for ever) and then
-fails. A lost lease (``on_lost="exit"``, the default) reports the run
-Crashed with the reason and ends the process running it: the body, the task
-runs it submitted to a thread-pool runner, and every process it started
+fails. A lost lease (``on_lost="exit"``, the default) reports the run (and
+the flow runs that called it in this process) Crashed with the reason and
+ends the process running it: the body, the task runs it submitted to a
+thread-pool runner, and every process it started
 (``lease_integrations.core.failstop``). Deployed runs get a process of their
 own from the runner or worker, so nothing else is stopped with it; a flow
 called in-process ends its caller too (``on_lost="check"`` for code that must
@@ -71,6 +72,11 @@ class LeasePlan:
         self.heartbeat = validate_heartbeat(heartbeat, self.ttl)
         self.on_busy = validate_policy(on_busy, ON_BUSY_POLICIES, "on_busy")
         self.on_lost = validate_policy(on_lost, ON_LOST_POLICIES, "on_lost")
+        if self.on_lost == "cancel" and not inspect.iscoroutinefunction(fn):
+            raise ConfigurationError(
+                f"on_lost='cancel' applies to async flows only ({flow_name!r} is sync: a "
+                "thread cannot be cancelled); use 'exit' or 'check'"
+            )
         if wait_timeout is not None and self.on_busy != "wait":
             raise ConfigurationError(
                 f"wait_timeout={wait_timeout!r} only applies to on_busy='wait' "

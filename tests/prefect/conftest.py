@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # flows_for_tests and helpers, for this process
 
-from prefect_helpers import Child
+from prefect_helpers import ROOT, Child
 
 # Before Prefect is imported: a quieter test server that starts faster
 # (no UI, no telemetry, no scheduling services these tests do not use).
@@ -76,8 +76,12 @@ def forkserver(prefect_api: str) -> Any:
 
 @pytest.fixture
 def child_env(prefect_api: str, coord: Path, lease_url: str) -> dict[str, str]:
+    # Processes the tests start (serve(), the engine, the runs they start in
+    # turn) import lease_integrations from this checkout, not from wherever the
+    # environment's editable install points (another worktree).
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return {"PREFECT_API_URL": prefect_api, "LEASE_TEST_DIR": str(coord),
-            "LEASE_STORE_URL": lease_url}
+            "LEASE_STORE_URL": lease_url, "PYTHONPATH": path}
 
 
 @pytest.fixture

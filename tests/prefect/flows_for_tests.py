@@ -17,9 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from prefect import flow
+from prefect import flow, task
 from prefect.context import FlowRunContext
+from prefect.task_runners import ThreadPoolTaskRunner
 
+import lease_integrations
+from lease_integrations import Lease
 from lease_integrations.prefect import current_lease, leased, leased_flow
 
 TTL = 5.0  # heartbeats every 1.7 s: room to keep up on a loaded 2-core machine
@@ -46,6 +49,7 @@ def enter(label: str = "") -> str:
     )
     lease = current_lease()
     record = {"run": run, "label": label, "pid": os.getpid(), "token": lease.token,
+              "library": str(Path(lease_integrations.__file__).resolve().parents[1]),
               "key": lease.key, "holder": lease.holder, "meta": lease.meta, "others_inside": inside,
               "thread": threading.current_thread().name}
     tmp = d / f".entered-{run}.tmp"
@@ -119,24 +123,128 @@ def tenant_billing(tenant: str, dry_run: bool = False) -> int:
 
 
 # -- a body that runs until the test stops it (loss, crash) ---------------------
+# Evidence of work, in $LEASE_TEST_DIR: ``ticks`` (``<wall clock> <who>`` per
+# line, appended by every thread that works) and ``lost`` (the wall-clock time
+# the lease's on_lost callback ran: the moment the loss was known).
+def tick(who: str) -> None:
+    fd = os.open(coord_dir() / "ticks", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, f"{time.time():.6f} {who}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def record_loss(lease: Lease) -> None:
+    tmp = coord_dir() / ".lost.tmp"
+    tmp.write_text(f"{time.time():.6f}")
+    tmp.rename(coord_dir() / "lost")  # whoever reads it reads it whole
+
+
+def lost_for(seconds: float) -> bool:
+    """True once the loss has been known for ``seconds``."""
+    lost = coord_dir() / "lost"
+    return lost.exists() and time.time() > float(lost.read_text() or "inf") + seconds
+
+
 @leased_flow(key="long-sync", ttl=TTL, on_busy="fail")
 def long_sync() -> int:
-    return body()
+    current_lease().on_lost(record_loss)
+    run = enter()
+    deadline = time.monotonic() + BOUND
+    while time.monotonic() < deadline and not (coord_dir() / "release").exists():
+        tick("body")
+        time.sleep(0.02)
+    leave(run)
+    return current_lease().token
 
 
 @leased_flow(key="long-async", ttl=TTL, on_busy="fail")
 async def long_async() -> int:
-    return await abody()
+    current_lease().on_lost(record_loss)
+    run = enter()
+    deadline = time.monotonic() + BOUND
+    while time.monotonic() < deadline and not (coord_dir() / "release").exists():
+        tick("body")
+        await asyncio.sleep(0.02)
+    leave(run)
+    return current_lease().token
+
+
+@leased_flow(key="cancelled-async", ttl=TTL, on_busy="fail", on_lost="cancel")
+async def cancelled_async() -> int:
+    """``on_lost="cancel"``: the body swallows the first cancel (as
+    ``wait_for`` may on Python 3.10/3.11) and must meet the next one."""
+    current_lease().on_lost(record_loss)
+    run = enter()
+    deadline = time.monotonic() + BOUND
+    swallowed = False
+    while time.monotonic() < deadline:
+        tick("body")
+        try:
+            await asyncio.sleep(0.02)
+        except asyncio.CancelledError:
+            if swallowed:
+                raise
+            swallowed = True
+            (coord_dir() / f"swallowed-{run}").write_text("")
+    leave(run)
+    return current_lease().token
+
+
+@task
+def ticking_task(i: int, stop_after_loss: float | None = None) -> int:
+    """Works (ticks) until the flow's release file, BOUND, or, when
+    ``stop_after_loss`` is set, that long after the loss was known."""
+    deadline = time.monotonic() + BOUND
+    n = 0
+    while time.monotonic() < deadline and not (coord_dir() / "release").exists():
+        if stop_after_loss is not None and lost_for(stop_after_loss):
+            break
+        tick(f"task{i}")
+        n += 1
+        time.sleep(0.02)
+    return n
+
+
+def fan_out_body(stop_after_loss: float | None = None) -> int:
+    """Submit four ticking tasks to the thread-pool task runner and wait for
+    them (the issue-23 shape the old in-thread interrupt could not stop)."""
+    current_lease().on_lost(record_loss)
+    futures = [ticking_task.submit(i, stop_after_loss) for i in range(4)]
+    run = enter()
+    total = sum(future.result() for future in futures)
+    leave(run)
+    return total
+
+
+@leased_flow(key="fan-out", ttl=TTL, on_busy="fail",
+             task_runner=ThreadPoolTaskRunner(max_workers=4))
+def fan_out() -> int:
+    return fan_out_body()
+
+
+@flow
+def calls_fan_out() -> int:
+    """A plain flow whose subflow, in this process, holds the lease."""
+    return fan_out()
+
+
+@leased_flow(key="fan-out", ttl=TTL, on_busy="fail", on_lost="check",
+             task_runner=ThreadPoolTaskRunner(max_workers=4))
+def fan_out_checked(stop_after_loss: float = 2.5) -> int:
+    return fan_out_body(stop_after_loss)
 
 
 def swallowing_body() -> int:
     """Job code that handles errors per item: ``except Exception`` must not
     swallow the lost lease."""
+    current_lease().on_lost(record_loss)
     run = enter()
     deadline = time.monotonic() + BOUND
     while time.monotonic() < deadline:
         try:
-            time.sleep(0.05)
+            tick("body")
+            time.sleep(0.02)
         except Exception:
             (coord_dir() / f"swallowed-{run}").write_text("")
     leave(run)

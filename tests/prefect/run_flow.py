@@ -19,6 +19,7 @@ import importlib
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,18 @@ for _module in ("prefect.artifacts", "prefect.client.orchestration", "prefect.de
 
 
 def run(name: str, params: dict[str, Any], out: Path) -> None:
+    """Run ``name`` (``name@thread``: from a thread other than the main one)."""
+    name, _, where = name.partition("@")
     flow = getattr(flows_for_tests, name)
     if flow.isasync:
         state = asyncio.run(flow(**params, return_state=True))
+    elif where == "thread":
+        states: list[Any] = []
+        runner = threading.Thread(target=lambda: states.append(flow(**params, return_state=True)),
+                                  name="flow-caller")
+        runner.start()
+        runner.join()
+        (state,) = states
     else:
         state = flow(**params, return_state=True)
     record = {

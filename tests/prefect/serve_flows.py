@@ -1,7 +1,7 @@
 """Child process: serve flows_for_tests.deployed as the deployment
-``deployed/leased`` (and ``cancellable/cancel``). Prefect's runner then starts
-each run in a fresh process and calls the flow function through its engine,
-never ``Flow.__call__``."""
+``deployed/leased`` (and ``cancellable/cancel``, ``fan-out/loss``). Prefect's
+runner then starts each run in a fresh process and calls the flow function
+through its engine, never ``Flow.__call__``."""
 
 from __future__ import annotations
 
@@ -11,4 +11,5 @@ from prefect import serve
 if __name__ == "__main__":
     serve(flows_for_tests.deployed.to_deployment(name="leased"),
           flows_for_tests.cancellable.to_deployment(name="cancel"),
+          flows_for_tests.fan_out.to_deployment(name="loss"),
           print_starting_message=False)

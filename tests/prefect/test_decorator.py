@@ -66,6 +66,8 @@ def test_bare_decorator_uses_the_flow_name() -> None:
         ({"ttl": "30"}, "'30'"),
         ({"on_busy": "queue"}, "'queue'"),
         ({"on_lost": "ignore"}, "'ignore'"),
+        ({"on_lost": "interrupt"}, "'interrupt' was replaced by 'exit'"),
+        ({"on_lost": "cancel"}, "applies to async flows only"),  # plain is sync
         ({"heartbeat": 20, "ttl": 30}, "heartbeat=20"),
         ({"wait_timeout": 5}, "wait_timeout=5"),
         ({"on_busy": "wait", "wait_timeout": -2}, "-2"),
@@ -96,6 +98,19 @@ def test_bad_functions_are_refused() -> None:
         leased_flow(gen)
     with pytest.raises(ConfigurationError, match="already a Prefect flow"):
         leased_flow(flow(plain))
+
+
+def test_loss_policies_are_exit_check_and_cancel_for_async_flows() -> None:
+    """``exit`` (the default: end the process, report the run Crashed),
+    ``check`` (stop nothing), ``cancel`` (async flows: cancel the body)."""
+    assert leased_flow(store="memory://policy")(plain).lease_plan.on_lost == "exit"
+    assert leased_flow(on_lost="check", store="memory://policy")(plain).lease_plan.on_lost == "check"
+    cancelled = leased_flow(on_lost="cancel", store="memory://policy")(plain_async)
+    assert cancelled.lease_plan.on_lost == "cancel"
+    sync = leased_flow(store="memory://policy")(plain)
+    with pytest.raises(ConfigurationError, match="async flows only"):
+        sync.with_options(on_lost="cancel")
+    assert sync.with_options(on_lost="check").lease_plan.on_lost == "check"
 
 
 def test_a_template_may_name_parameters_taken_by_kwargs() -> None:

@@ -1,64 +1,151 @@
-"""A lease broken from outside while the body runs ends the run Failed (sync
-flows in the main thread and in a worker thread, async flows); a SIGKILLed
-holder's lease is taken by a later run once its TTL has passed."""
+"""A lease broken from outside (``force_release``, as ``leasectl break`` does)
+while a flow runs. Under ``on_lost="exit"`` (the default) the process running
+the flow ends with ``LEASE_LOST_EXIT_STATUS``, taking every thread with it
+(the body, the task runs it submitted to the thread-pool runner), and the run
+is reported Crashed to the Prefect API by the face's stop hook before it ends:
+never Completed, never left Running. ``check`` stops nothing and the run ends
+Failed; ``cancel`` cancels an async body and the run ends Failed. A SIGKILLed
+holder's lease is taken by a later run once its ttl has passed.
+
+Each run is a child process (the loss ends it) reporting to the test's Prefect
+server. The evidence is the run's own work log (``ticks``, written by every
+thread that works) and the time its ``on_lost`` callback ran (``lost``); each
+test prints the time from the loss being known to the last sign of work."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import flows_for_tests as ff
 import pytest
-from prefect_helpers import entered, wait_until
+from prefect_helpers import (
+    Child,
+    break_when_working,
+    entered,
+    last_work,
+    run_states,
+    ticks,
+    wait_until,
+)
 
-from lease_integrations import connect
+from lease_integrations import LEASE_LOST_EXIT_STATUS, connect
 
-
-def _break_when_entered(coord: Path, url: str, key: str) -> threading.Thread:
-    def breaker() -> None:
-        wait_until(lambda: entered(coord), 60, "the body to enter")
-        connect(url).force_release(key, by="test-operator")
-
-    thread = threading.Thread(target=breaker, daemon=True)
-    thread.start()
-    return thread
-
-
-def _assert_failed_by_loss(state: Any, coord: Path) -> None:
-    assert state.is_failed(), (state.type, state.message)
-    assert "LeaseLost" in (state.message or "") or "was lost" in (state.message or "")
-    assert not list(coord.glob("exited-*")), "the body ran on after its lease was broken"
+#: The defaults a @leased_flow's lock gets from its ttl: heartbeat ttl/3,
+#: margin ttl/5, grace margin/4.
+HEARTBEAT, GRACE = ff.TTL / 3, ff.TTL / 5 / 4
 
 
-@pytest.mark.usefixtures("prefect_api")
-def test_sync_flow_in_main_thread_is_interrupted(coord: Path, lease_url: str) -> None:
-    breaker = _break_when_entered(coord, lease_url, "long-sync")
-    state = ff.long_sync(return_state=True)
-    breaker.join(10)
-    _assert_failed_by_loss(state, coord)
+def _assert_ended_and_crashed(child: Child, coord: Path, run_id: str, what: str) -> None:
+    """The process ended by fail-stop, all work stopped in time, nothing ran
+    on, and the API shows the run Crashed by our stop hook, never Completed."""
+    status = child.wait(60)
+    assert status == LEASE_LOST_EXIT_STATUS, (status, child.output())
+    assert not child.done(), "the flow call returned: the process was not ended"
+    lost, last = last_work(coord, what, HEARTBEAT + GRACE)
+    assert last <= lost + HEARTBEAT + GRACE, (last - lost, ticks(coord)[-5:])
+    assert not list(coord.glob("exited-*")), "the body ran to its end"
+    count = len(ticks(coord))
+    time.sleep(GRACE + 0.5)
+    assert len(ticks(coord)) == count, "work went on after the process ended"
+    # Read at once: in a process called directly nothing but our stop hook
+    # (no runner, no worker watching the exit status) can set this state.
+    state, history = run_states(run_id)
+    assert state is not None and state.is_crashed(), (state, child.output())
+    assert "was lost" in (state.message or "") and "the process was stopped" in state.message
+    assert not [s for s in history if s.is_completed()], history
 
 
-@pytest.mark.usefixtures("prefect_api")
-def test_sync_flow_in_worker_thread_is_interrupted(coord: Path, lease_url: str) -> None:
-    breaker = _break_when_entered(coord, lease_url, "long-sync")
-    states: list[Any] = []
-    runner = threading.Thread(target=lambda: states.append(ff.long_sync(return_state=True)))
-    runner.start()
-    runner.join(60)
-    breaker.join(10)
-    assert states, "the flow did not finish"
-    _assert_failed_by_loss(states[0], coord)
-    assert entered(coord)[0]["thread"] != "MainThread"
+def test_flow_with_four_thread_pool_tasks_is_ended_whole_and_reported_crashed(
+        spawn: Any, coord: Path, lease_url: str) -> None:
+    """Issue 23, table 1: the old interrupt reached the flow's thread only;
+    its four task runs kept writing for 25 s and the flow ended when they did."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    child = spawn("fan_out")
+    tasks = {f"task{i}" for i in range(4)}
+    record = break_when_working(coord, lease_url, "fan-out", tasks)
+    _assert_ended_and_crashed(child, coord, record["run"], "@leased_flow with 4 thread-pool tasks")
+    assert {who for _, who in ticks(coord)} == tasks
+    with get_client(sync_client=True) as client:
+        task_runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[record["run"]])))
+    assert len(task_runs) == 4
+    assert not [run for run in task_runs if run.state is not None and run.state.is_completed()]
 
 
-@pytest.mark.usefixtures("prefect_api")
-def test_async_flow_is_cancelled_and_fails(coord: Path, lease_url: str) -> None:
-    breaker = _break_when_entered(coord, lease_url, "long-async")
-    state = asyncio.run(ff.long_async(return_state=True))
-    breaker.join(10)
-    _assert_failed_by_loss(state, coord)
+def test_a_leased_subflow_that_loses_its_lease_crashes_its_parent_run_too(
+        spawn: Any, coord: Path, lease_url: str) -> None:
+    """The process ends the parent flow run with its subflow: both are
+    reported Crashed, neither is left Running."""
+    from prefect.client.orchestration import get_client
+
+    child = spawn("calls_fan_out")
+    record = break_when_working(coord, lease_url, "fan-out", {f"task{i}" for i in range(4)})
+    _assert_ended_and_crashed(child, coord, record["run"], "@leased_flow as a subflow")
+    with get_client(sync_client=True) as client:
+        subflow = client.read_flow_run(record["run"])
+        assert subflow.parent_task_run_id is not None
+        parent_id = client.read_task_run(subflow.parent_task_run_id).flow_run_id
+    assert parent_id is not None
+    state, history = run_states(parent_id)
+    assert state is not None and state.is_crashed(), state
+    assert "was lost" in (state.message or ""), state
+    assert not [s for s in history if s.is_completed()], history
+
+
+@pytest.mark.parametrize(("flow", "key"), [
+    ("long_sync", "long-sync"),                     # the main thread, in time.sleep
+    ("long_sync@thread", "long-sync"),              # called from another thread
+    ("long_async", "long-async"),                   # an async flow on its event loop
+    ("swallowing_flow", "swallow-flow"),            # `except Exception: continue`
+    ("swallowing_leased_block", "swallow-block"),   # leased() inside a plain @flow
+])
+def test_lost_lease_ends_the_run_process_and_reports_it_crashed(
+        spawn: Any, coord: Path, lease_url: str, flow: str, key: str) -> None:
+    child = spawn(flow)
+    record = break_when_working(coord, lease_url, key, {"body"})
+    _assert_ended_and_crashed(child, coord, record["run"], flow)
+    assert not list(coord.glob("swallowed-*")), "except Exception caught the loss"
+    assert (record["thread"] == "MainThread") == (flow != "long_sync@thread")
+
+
+def test_check_policy_stops_nothing_and_the_run_fails(
+        spawn: Any, coord: Path, lease_url: str) -> None:
+    """``on_lost="check"``: the tasks work on (here 2.5 s past the loss, then
+    they return), the process is not ended, and the run ends Failed."""
+    child = spawn("fan_out_checked", stop_after_loss=2.5)
+    record = break_when_working(coord, lease_url, "fan-out", {f"task{i}" for i in range(4)})
+    result = child.result()
+    assert child.wait() == 0, child.output()
+    lost, last = last_work(coord, "on_lost='check'", HEARTBEAT + GRACE)
+    assert last > lost + HEARTBEAT + GRACE, "work was stopped under on_lost='check'"
+    assert list(coord.glob("exited-*")), "the body did not run to its end"
+    assert result["type"] == "FAILED" and "was lost" in result["message"], result
+    state, history = run_states(record["run"])
+    assert state is not None and state.is_failed(), state
+    assert not [s for s in history if s.is_completed() or s.is_crashed()], history
+
+
+def test_cancel_policy_cancels_an_async_body_and_the_run_fails(
+        spawn: Any, coord: Path, lease_url: str) -> None:
+    """``on_lost="cancel"``: the body's task is cancelled at every await until
+    it ends (it swallows the first cancel and meets the next); the process
+    goes on and the run ends Failed."""
+    child = spawn("cancelled_async")
+    record = break_when_working(coord, lease_url, "cancelled-async", {"body"})
+    result = child.result()
+    assert child.wait() == 0, child.output()
+    lost, last = last_work(coord, "on_lost='cancel' (async flow)", HEARTBEAT + GRACE)
+    assert last <= lost + HEARTBEAT + GRACE, (last - lost, ticks(coord)[-5:])
+    assert list(coord.glob("swallowed-*")), "the body never saw a cancel"
+    assert not list(coord.glob("exited-*")), "the body ran to its end"
+    assert result["type"] == "FAILED" and "was lost" in result["message"], result
+    state, history = run_states(record["run"])
+    assert state is not None and state.is_failed(), state
+    assert not [s for s in history if s.is_completed()], history
 
 
 def test_sigkilled_holder_is_taken_over_after_its_ttl(
@@ -78,32 +165,3 @@ def test_sigkilled_holder_is_taken_over_after_its_ttl(
     after = store.get("long-sync")
     assert after is not None and after.acquired_at is not None and before.expires_at is not None
     assert after.acquired_at >= before.expires_at, "taken over before the dead holder's ttl"
-
-
-def test_loss_in_a_child_process_fails_the_run_on_the_server(
-    spawn: Any, coord: Path, lease_url: str
-) -> None:
-    from prefect.client.orchestration import get_client
-
-    child = spawn("long_sync")
-    (held,) = wait_until(lambda: entered(coord), 90, "the child to hold the lease")
-    broken = connect(lease_url).force_release("long-sync", by="test-operator")
-    assert broken is not None and broken.holder == held["holder"]
-    result = child.result()
-    assert result["type"] == "FAILED" and "was lost" in result["message"], result
-    assert not list(coord.glob("exited-*"))
-    with get_client(sync_client=True) as client:
-        run = client.read_flow_run(result["flow_run_id"])
-    assert run.state is not None and run.state.is_failed()
-
-
-@pytest.mark.usefixtures("prefect_api")
-@pytest.mark.parametrize(("flow", "key"), [(ff.swallowing_flow, "swallow-flow"),
-                                           (ff.swallowing_leased_block, "swallow-block")])
-def test_except_exception_in_the_body_cannot_swallow_the_loss(
-        coord: Path, lease_url: str, flow: Any, key: str) -> None:
-    breaker = _break_when_entered(coord, lease_url, key)
-    state = flow(return_state=True)
-    breaker.join(10)
-    _assert_failed_by_loss(state, coord)
-    assert not list(coord.glob("swallowed-*")), "except Exception caught the loss"

@@ -9,35 +9,17 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import flows_for_tests as ff
 import pytest
-from prefect_helpers import HERE, entered, wait_until
+from prefect_helpers import HERE, deployment_in_pool, entered, wait_until
 
 from lease_integrations import LeaseLock, connect
 
 BIN = Path(sys.executable).parent
 ENGINE_WAIT = 240.0
-
-
-def _deployment_in_pool(pool_type: str, flow: Any, entrypoint: str) -> tuple[str, Any]:
-    """A work pool of ``pool_type`` and a deployment of ``flow`` in it (through
-    the API, as ``prefect deploy`` would make it; no worker of that type is
-    needed: the test runs what the worker would run)."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import WorkPoolCreate
-
-    pool = f"{pool_type}-{uuid.uuid4().hex[:8]}"
-    with get_client(sync_client=True) as client:
-        client.create_work_pool(WorkPoolCreate(name=pool, type=pool_type))
-        flow_id = client.create_flow(flow)
-        deployment_id = client.create_deployment(
-            flow_id=flow_id, name=f"d-{pool}", entrypoint=entrypoint, path=str(HERE),
-            work_pool_name=pool)
-    return pool, deployment_id
 
 
 def _engine_run(deployment_id: Any, env: dict[str, str], log: Path,
@@ -81,7 +63,7 @@ def _run_logs(flow_run_id: Any) -> list[Any]:
 def test_worker_run_skips_quietly_and_remote_pools_refuse_the_default(
         child_env: dict[str, str], coord: Path, lease_url: str, tmp_path: Path) -> None:
     env = {**os.environ, **child_env}
-    _, process_deployment = _deployment_in_pool("process", ff.deployed,
+    _, process_deployment = deployment_in_pool("process", ff.deployed,
                                                  "flows_for_tests.py:deployed")
     # A skipped run: Cancelled, one INFO line naming the holder, no ERROR anywhere.
     with LeaseLock(connect(lease_url), "deployed", ttl=30.0).hold() as held:
@@ -96,7 +78,7 @@ def test_worker_run_skips_quietly_and_remote_pools_refuse_the_default(
     assert not list(coord.glob("deployed-*.json"))
 
     # A kubernetes pool's runs start in separate containers: no store chosen, no run.
-    _, remote_deployment = _deployment_in_pool("kubernetes", ff.deployed,
+    _, remote_deployment = deployment_in_pool("kubernetes", ff.deployed,
                                                 "flows_for_tests.py:deployed")
     no_store = {k: v for k, v in env.items() if k != "LEASE_STORE_URL"}
     refused, out = _engine_run(remote_deployment, no_store, tmp_path / "refused.log",

@@ -189,13 +189,39 @@ def test_leased_block_inside_tasks() -> None:
         current_lease()
 
 
-def test_leased_block_is_interrupted_on_loss() -> None:
+def test_leased_block_under_check_runs_on_and_ends_lost() -> None:
+    """``on_lost="check"`` stops nothing (the default, ``exit``, would end
+    this process: see test_loss_and_crash): the block runs to its end, which
+    then raises ``LeaseLost``, never a success."""
     url = _memory()
-    with pytest.raises(LeaseLost), leased("cut", ttl=3, store=url) as lease:
+    ran_on = 0
+    with pytest.raises(LeaseLost), leased("cut", ttl=3, store=url, on_lost="check") as lease:
         connect(url).force_release("cut", by="operator")
-        lease.lost.wait(10)
-        for _ in range(1000):  # the interrupt (a signal here) cuts the sleep short
+        assert lease.lost.wait(10)  # the heartbeat's refused renewal marks it lost
+        for _ in range(20):
             time.sleep(0.01)
+            ran_on += 1
+    assert ran_on == 20
+
+
+def test_leased_async_block_is_cancelled_on_loss() -> None:
+    """``on_lost="cancel"``: the task running the block is cancelled at its
+    next await and the block ends with ``LeaseLost``."""
+    url = _memory()
+    reached: list[str] = []
+
+    async def block() -> None:
+        async with leased("cut-async", ttl=3, store=url, on_lost="cancel"):
+            connect(url).force_release("cut-async", by="operator")
+            reached.append("broken")
+            await asyncio.sleep(30)
+            reached.append("slept")
+
+    started = time.monotonic()
+    with pytest.raises(LeaseLost):
+        asyncio.run(block())
+    assert reached == ["broken"]
+    assert time.monotonic() - started < 10  # one heartbeat (1 s), not the 30 s sleep
 
 
 def test_store_from_a_prefect_block(tmp_path: Any) -> None:
