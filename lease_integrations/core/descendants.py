@@ -5,8 +5,8 @@ left our session or process group (``start_new_session=True``, as Airflow's
 The tree is frozen (SIGSTOP) first, walking again until nothing new shows up:
 a parent that died first would hand its children to init, out of our walk's
 reach, and a frozen process neither forks nor exits, so its pid stays its
-own. A small shell then ends the frozen set, so that the caller may exit at
-once: a child's death would wake a thread of ours that waits for it
+own. A small shell then ends the frozen set, once the caller has exited if
+it is exiting: a child's death would wake a thread of ours that waits for it
 (``Popen.wait``), and that thread would run on.
 """
 
@@ -75,15 +75,21 @@ def freeze(root: int | None = None) -> set[int]:
     return frozen
 
 
-def end_frozen(pids: set[int], grace: float) -> None:
+def end_frozen(pids: set[int], grace: float, *, after_we_exit: bool = False) -> None:
     """From a small shell of its own: SIGTERM and SIGCONT to ``pids`` (frozen),
-    then SIGKILL once none is left or ``grace`` seconds have passed."""
+    then SIGKILL once none is left or ``grace`` seconds have passed. With
+    ``after_we_exit`` the shell first waits for this process to end (its
+    stdin, a pipe only we hold, closes then), so no thread of ours can wake."""
     if not pids:
         return
     listed = " ".join(map(str, sorted(pids)))
     ticks = max(1, int(grace * 100))
-    script = (f"kill -TERM {listed}; kill -CONT {listed}; i=0; "
+    script = (f"read -r _; kill -TERM {listed}; kill -CONT {listed}; i=0; "
               f"while [ $i -lt {ticks} ] && kill -0 {listed}; do sleep 0.01; i=$((i+1)); done; "
               f"kill -KILL {listed}")
-    subprocess.Popen(["/bin/sh", "-c", script], start_new_session=True, stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    shell = subprocess.Popen(["/bin/sh", "-c", script], start_new_session=True,
+                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    if not after_we_exit:
+        assert shell.stdin is not None
+        shell.stdin.close()

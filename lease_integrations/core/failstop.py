@@ -12,8 +12,8 @@ thread that found the loss.
 3. the face's stop hooks (``stop_hook``: Airflow's ``task.on_kill()``, Prefect
    reporting the run Crashed);
 4. the process's other leases released;
-5. every descendant process frozen (SIGSTOP), handed to a small shell that
-   sends SIGTERM and, after ``grace``, SIGKILL;
+5. every descendant process frozen (SIGSTOP), handed to a small shell that,
+   once this process has ended, sends SIGTERM and, after ``grace``, SIGKILL;
 6. ``os._exit(LEASE_LOST_EXIT_STATUS)``, at once: a child that died while we
    still ran would wake the thread waiting for it, and that thread would run on.
 
@@ -103,7 +103,7 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
         _bounded(lambda: _release_others(lease), deadline, "releasing the other leases")
         frozen = freeze()  # no descendant works from here on
         _flush()
-        end_frozen(frozen, lease.grace)
+        end_frozen(frozen, lease.grace, after_we_exit=True)
     finally:
         os._exit(LEASE_LOST_EXIT_STATUS)
 

@@ -41,6 +41,15 @@ def done(out: Path) -> Path:
     return out.with_suffix(".done")
 
 
+def _connect(url: str):  # type: ignore[no-untyped-def]
+    """SQLite's busy handler is not fair: four processes in tight loops can
+    starve one past the default 10 s on a loaded machine. Nothing here is about
+    waiting, so give it a minute."""
+    if url.startswith("sqlite:") and "timeout=" not in url:
+        url += ("&" if "?" in url else "?") + "timeout=60"
+    return connect(url)
+
+
 def _name(role: str) -> str:
     return f"{role}-{os.getpid()}-{threading.get_ident()}"
 
@@ -53,7 +62,7 @@ def take(url: str, key: str, rounds: int, breakers: Sequence[Path], out: Path,
     of the job takes (seconds, by the clock): it lets a breaker that is much
     slower than the taker (one behind an HTTP server) still find leases held,
     and lets a SQLite breaker get the write lock; it orders nothing."""
-    store = connect(url)
+    store = _connect(url)
     me = _name("taker")
     deadline = time.monotonic() + DEADLINE
     with open(out, "w") as lines:
@@ -81,7 +90,7 @@ def take(url: str, key: str, rounds: int, breakers: Sequence[Path], out: Path,
 def breaker(url: str, key: str, stop: Path, out: Path) -> None:
     """Until ``stop`` exists: read the key and, when it is held, break it on
     the token just read. Records what it aimed at and what it broke."""
-    store = connect(url)
+    store = _connect(url)
     by = _name("breaker")
     deadline = time.monotonic() + DEADLINE
     broke = missed = 0
