@@ -1,13 +1,13 @@
 # Sourced by the run scripts: builds each virtualenv once, then reuses it.
-# A stamp file holds the hash of pyproject.toml so an edited dependency list
-# rebuilds the environment instead of testing against a stale one.
+# A stamp file holds the hash of pyproject.toml, this file and constraints/ so an
+# edited dependency list rebuilds the environment instead of testing against a stale one.
 
 export UV_PYTHON_DOWNLOADS=never
 PY311="$(ls -d "$HOME"/.pyenv/versions/3.11.*/bin/python 2>/dev/null | tail -n1 || true)"
 PY313="$(ls -d "$HOME"/.pyenv/versions/3.13.*/bin/python 2>/dev/null | tail -n1 || true)"
 [ -n "$PY311" ] || PY311="$(command -v python3.11 || command -v python3)"
 
-_stamp() { sha1sum pyproject.toml scripts/envs.sh | sha1sum | cut -c1-16; }
+_stamp() { sha1sum pyproject.toml scripts/envs.sh constraints/*.txt | sha1sum | cut -c1-16; }
 
 _uv() {
   # uv lives in the core env; it resolves Airflow in seconds where pip takes minutes.
@@ -47,18 +47,24 @@ ensure_airflow_env() { ensure_core_env; _ensure_extra_env .venv-airflow "$PY311"
 ensure_prefect_env() { ensure_core_env; _ensure_extra_env .venv-prefect "$PY311" "prefect,test"; }
 
 # The oldest releases the extras allow (the floors in pyproject.toml), for the
-# smoke phase; see docs/development.md#support-matrix. Only pytest beside them:
-# the [test] extra brings SQLAlchemy 2 and store clients the smoke test does not use.
-AIRFLOW_OLDEST=3.1.8
-PREFECT_OLDEST=3.9.0
+# smoke phase; see docs/development.md#support-matrix. Each is installed with its
+# phase's constraints file (constraints/*-oldest.txt): the release pin and what
+# that release needs but does not declare (FastAPI ceilings). Those pins never go
+# into the extras. Only pytest beside them: the [test] extra brings SQLAlchemy 2
+# and store clients the smoke test does not use.
+_pinned() {  # constraints file, distribution: the version the file pins
+  sed -n "s/^$2==\([^ ;#]*\).*/\1/p" "$1"
+}
+AIRFLOW_OLDEST="$(_pinned constraints/airflow-oldest.txt apache-airflow)"
+PREFECT_OLDEST="$(_pinned constraints/prefect-oldest.txt prefect)"
 SMOKE_TOOLS=("pytest>=8" "pytest-timeout>=2.3")
 ensure_airflow_oldest_env() {
   ensure_core_env
-  _ensure_extra_env .venv-airflow-min "$PY311" "airflow" "apache-airflow==$AIRFLOW_OLDEST" "${SMOKE_TOOLS[@]}"
+  _ensure_extra_env .venv-airflow-min "$PY311" "airflow" -c constraints/airflow-oldest.txt "${SMOKE_TOOLS[@]}"
 }
 ensure_prefect_oldest_env() {
   ensure_core_env
-  _ensure_extra_env .venv-prefect-min "$PY311" "prefect" "prefect==$PREFECT_OLDEST" "${SMOKE_TOOLS[@]}"
+  _ensure_extra_env .venv-prefect-min "$PY311" "prefect" -c constraints/prefect-oldest.txt "${SMOKE_TOOLS[@]}"
 }
 
 # MkDocs, Material and mkdocstrings for the documentation site (./run docs).

@@ -25,11 +25,21 @@ case "$cmd" in
     exec .venv-docs/bin/mkdocs build --strict --site-dir "${LEASE_DOCS_SITE:-site}" "$@"
     ;;
   setup)
-    ensure_core_env; ensure_servers; ensure_browser; ensure_mongo_env; ensure_airflow_env; ensure_prefect_env
-    ensure_airflow_oldest_env; ensure_prefect_oldest_env; ensure_docs_env
+    # ./run setup: everything ./run test needs. ./run setup airflow|prefect: only
+    # .venv and that face's environment (newest release, with the [test] extra);
+    # no servers, browser or other environments.
+    case "${1:-all}" in
+      all)
+        ensure_core_env; ensure_servers; ensure_browser; ensure_mongo_env; ensure_airflow_env; ensure_prefect_env
+        ensure_airflow_oldest_env; ensure_prefect_oldest_env; ensure_docs_env
+        ;;
+      airflow) ensure_airflow_env; echo "Airflow environment: .venv-airflow (.venv-airflow/bin/airflow)" >&2 ;;
+      prefect) ensure_prefect_env; echo "Prefect environment: .venv-prefect (.venv-prefect/bin/prefect)" >&2 ;;
+      *) echo "usage: ./run setup [airflow | prefect]" >&2; exit 2 ;;
+    esac
     ;;
   *)
-    echo "usage: ./run demo | test | bench | docs | setup" >&2
+    echo "usage: ./run demo | test | bench | docs | setup [airflow | prefect]" >&2
     exit 2
     ;;
 esac

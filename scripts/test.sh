@@ -5,7 +5,8 @@
 # $LEASE_TEST_JOBS at a time (default 2, one per core of the CI machine kind).
 # Airflow and Prefect cannot share one environment at their latest releases
 # (docs/development.md), so each has its own; the oldest supported releases
-# get a smoke phase each.
+# get a smoke phase each, installed with that phase's constraints file
+# (constraints/*-oldest.txt: the release pin and the FastAPI ceiling it needs).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -52,9 +53,23 @@ for v in 3.10 3.12 3.13; do
   phase "core on Python $v" ".venv-py$v/bin/pytest" "${PY[@]}" tests/core tests/conformance \
     -k "memory or sqlite or not store" "$@"
 done
+phase "support matrix (identical in 4 files)" check_support_matrix
 phase "docs (mkdocs --strict)" env NO_MKDOCS_2_WARNING=1 .venv-docs/bin/mkdocs build --strict --quiet --site-dir "$LOGS/site"
 phase "ruff" .venv/bin/ruff check lease_integrations tests example_dags example_flows benchmarks
 phase "mypy" .venv/bin/mypy
+
+check_support_matrix() {  # the block between the support-matrix markers, the same everywhere
+  local f first="" block
+  for f in README.md docs/index.md docs/getting-started.md docs/development.md; do
+    block="$(sed -n '/^<!-- support-matrix/,/^<!-- \/support-matrix -->/p' "$f")"
+    [ -n "$block" ] || { echo "$f: no support matrix between the markers"; return 1; }
+    if [ -z "$first" ]; then first="$block"
+    elif [ "$block" != "$first" ]; then
+      echo "$f: its support matrix differs from README.md's:"; diff <(echo "$first") <(echo "$block"); return 1
+    fi
+  done
+  echo "support matrix identical in README.md, docs/index.md, docs/getting-started.md, docs/development.md"
+}
 
 run_phase() {  # index: output to its own log, exit code and seconds beside it
   local i="$1" t0=$SECONDS rc

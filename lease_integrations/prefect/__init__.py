@@ -6,7 +6,8 @@
     def nightly_billing():
         token = current_lease().token   # fence your writes with it
 
-Needs ``prefect>=3.9`` (``pip install 'lease_integrations[prefect]'``).
+Needs ``prefect>=3.4`` (``pip install 'lease_integrations[prefect]'``); Prefect before 3.9
+needs ``fastapi<0.121`` pinned beside it (docs/development.md, support matrix).
 """
 
 from .block import LeaseStoreBlock

@@ -2,16 +2,22 @@
 Prefect (scripts/test.sh): two runs of one ``@leased_flow`` in two processes,
 the second started while the first is inside its body, both reporting to one
 Prefect server (Prefect's own ``prefect_test_harness``): the first completes
-with its token, the second ends Cancelled naming the holder and never enters."""
+with its token, the second ends Cancelled naming the holder and never enters.
+And the fail-stop path: a run whose lease is broken from outside is reported
+Crashed on the server (``lease_integrations/prefect/crash.py``, through
+Prefect's own client) and its process exits with status 75."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from smoke_support import Child, wait_until
+from smoke_support import WAIT, Child, wait_until
+
+from lease_integrations import connect
 
 pytest.importorskip("prefect")
 
@@ -62,3 +68,32 @@ def test_overlapping_leased_flows(prefect_api: str, tmp_path: Path) -> None:
     assert done["type"] == "COMPLETED", done
     assert list(coord.glob("entered-*")) == entered, "the second run entered its body"
     assert int(entered[0].read_text()) >= 1
+
+
+@pytest.mark.timeout(900)
+def test_broken_lease_ends_the_run_crashed(prefect_api: str, tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+
+    coord = tmp_path / "coord"
+    coord.mkdir()
+    url = f"sqlite://{tmp_path}/leases.db"
+    env = {**os.environ, "PREFECT_API_URL": prefect_api, "LEASE_SMOKE_DIR": str(coord),
+           "LEASE_STORE_URL": url}
+    child = Child("prefect_smoke_flow.py", ["lost"], env, tmp_path / "lost.log")
+    try:
+        run = json.loads(wait_until(lambda: (coord / "lost-run").exists() and
+                                    (coord / "lost-run").read_text(), "the run to enter its body"))
+        store = connect(url)
+        try:
+            broken = store.force_release("lease-smoke-lost", by="smoke-test")
+        finally:
+            store.close()
+        assert broken is not None and broken.token == run["token"], broken
+        code = child.process.wait(WAIT)
+    finally:
+        child.stop()
+    assert code == 75, f"exit {code}:\n{child.output()[-4000:]}"
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(run["id"]).state
+    assert state is not None and state.is_crashed(), (state, child.output()[-4000:])
+    assert "was lost" in (state.message or ""), state.message
