@@ -92,10 +92,12 @@ class Hold:
 @dataclass(frozen=True)
 class Violation:
     """One broken rule: ``rule`` is a short name (see the module docs),
-    ``message`` says what happened with tokens, holders and times."""
+    ``message`` says what happened with tokens, holders and times, and
+    ``tokens`` names the tokens involved (the older first)."""
 
     rule: str
     message: str
+    tokens: tuple[int, ...] = ()
 
     def __str__(self) -> str:
         return f"[{self.rule}] {self.message}"
@@ -185,7 +187,8 @@ def _check_events(evs: Sequence[LeaseEvent], report: HistoryReport, ttl: float |
         if _seconds(b.at) < _seconds(a.at) - drift:
             report.violations.append(Violation(
                 "event-order", f"{b.kind} of token {b.token} at {_fmt(b.at)} is recorded after "
-                f"{a.kind} of token {a.token} at {_fmt(a.at)}: the history goes back in time"))
+                f"{a.kind} of token {a.token} at {_fmt(a.at)}: the history goes back in time",
+                (a.token, b.token)))
 
     granted_to: dict[int, str | None] = {}
     current: LeaseEvent | None = None  # the newest grant
@@ -196,11 +199,11 @@ def _check_events(evs: Sequence[LeaseEvent], report: HistoryReport, ttl: float |
             if e.token in granted_to:
                 report.violations.append(Violation(
                     "token-order", f"token {e.token} granted twice: to {granted_to[e.token]} and "
-                    f"to {e.holder} at {_fmt(e.at)}"))
+                    f"to {e.holder} at {_fmt(e.at)}", (e.token,)))
             elif current is not None and e.token <= current.token:
                 report.violations.append(Violation(
                     "token-order", f"token {e.token} granted to {e.holder} at {_fmt(e.at)} after "
-                    f"token {current.token} (tokens must rise)"))
+                    f"token {current.token} (tokens must rise)", (current.token, e.token)))
             if current is not None and not ended and ttl is not None:
                 earliest = _seconds(current.at) + ttl
                 if _seconds(e.at) < earliest - drift:
@@ -208,7 +211,8 @@ def _check_events(evs: Sequence[LeaseEvent], report: HistoryReport, ttl: float |
                         "early-grant", f"token {e.token} granted to {e.holder} at {_fmt(e.at)}, "
                         f"{earliest - _seconds(e.at):.3f} s before token {current.token} "
                         f"({current.holder}, granted at {_fmt(current.at)} with ttl {ttl:g} s) "
-                        "could have expired, and it was neither released nor broken"))
+                        "could have expired, and it was neither released nor broken",
+                        (current.token, e.token)))
             granted_to.setdefault(e.token, e.holder)
             current, ended = e, False
         elif e.kind in ("released", "broken"):
@@ -218,17 +222,18 @@ def _check_events(evs: Sequence[LeaseEvent], report: HistoryReport, ttl: float |
                 report.violations.append(Violation(
                     "stale-release", f"{e.kind} of token {e.token} ({e.holder}) at {_fmt(e.at)}, "
                     f"after token {current.token} was granted to {current.holder} at "
-                    f"{_fmt(current.at)}: the store let go of a lease that was no longer current"))
+                    f"{_fmt(current.at)}: the store let go of a lease that was no longer current",
+                    (e.token, current.token)))
             elif current is not None and e.token == current.token:
                 if ended:
                     report.violations.append(Violation(
                         "stale-release", f"{e.kind} of token {e.token} at {_fmt(e.at)}, but it "
-                        "was already released or broken"))
+                        "was already released or broken", (e.token,)))
                 ended = True
             elif current is not None and e.token > current.token:
                 report.violations.append(Violation(
                     "unknown-token", f"{e.kind} of token {e.token} at {_fmt(e.at)}, which was "
-                    f"never granted (the newest grant is token {current.token})"))
+                    f"never granted (the newest grant is token {current.token})", (e.token,)))
 
 
 def _check_writes(writes: list[FencedWrite], grants: dict[int, LeaseEvent], broken: set[int],
@@ -245,12 +250,13 @@ def _check_writes(writes: list[FencedWrite], grants: dict[int, LeaseEvent], brok
             report.violations.append(Violation(
                 "stale-write", f"the resource accepted a write with token {w.token}"
                 + (f" at {_fmt(w.at)}" if w.at is not None else "")
-                + f" after one with token {highest.token}: the fence let a stale holder through"))
+                + f" after one with token {highest.token}: the fence let a stale holder through",
+                (w.token, highest.token)))
         if newest_grant is not None and oldest_grant is not None \
                 and oldest_grant <= w.token and w.token not in grants:
             report.violations.append(Violation(
                 "unknown-token", f"the resource accepted a write with token {w.token}, which the "
-                "history never granted"))
+                "history never granted", (w.token,)))
         if w.at is not None:
             newer = [g for t, g in grants.items() if t > w.token
                      and _seconds(g.at) + drift < _seconds(w.at)]
@@ -263,7 +269,7 @@ def _check_writes(writes: list[FencedWrite], grants: dict[int, LeaseEvent], brok
                     report.notes.append(f"{text}; token {w.token} had been broken by an operator "
                                         "(expected: only the fence protects that window)")
                 else:
-                    report.violations.append(Violation("late-write", text))
+                    report.violations.append(Violation("late-write", text, (w.token, first.token)))
         if highest is None or w.token > highest.token:
             highest = w
 
@@ -275,7 +281,7 @@ def _check_holds(holds: list[Hold], broken: set[int], report: HistoryReport, dri
             report.violations.append(Violation(
                 "token-order", f"{b.holder or 'a holder'} began trusting token {b.token} at "
                 f"{_fmt(b.start)}, after {a.holder or 'a holder'} began trusting token {a.token} "
-                f"at {_fmt(a.start)} (tokens must rise)"))
+                f"at {_fmt(a.start)} (tokens must rise)", (a.token, b.token)))
     for i, a in enumerate(ordered):
         for b in ordered[i + 1:]:
             if _seconds(b.start) >= _seconds(a.end) - drift:
@@ -289,4 +295,4 @@ def _check_holds(holds: list[Hold], broken: set[int], report: HistoryReport, dri
             if a.token in broken:
                 report.notes.append(f"{text}; token {a.token} had been broken by an operator")
             else:
-                report.violations.append(Violation("overlap", text))
+                report.violations.append(Violation("overlap", text, (a.token, b.token)))
