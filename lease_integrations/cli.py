@@ -9,6 +9,9 @@ it alive?" without reading code::
     leasectl [--url URL] break KEY --yes [--by NAME] [--token N]
                                               force-release (recorded with NAME); with
                                               --token, only if it still carries token N
+    leasectl [--url URL] check KEY [--ttl S] [--drift S] [--writes FILE]
+                                              judge the key's history with the public
+                                              checker (lease_integrations.core.checker)
 
 Each command takes ``--json`` for scripts. The store is ``--url``; else, with
 ``--airflow-conn CONN_ID`` (Airflow installed), the store the Airflow tasks
@@ -29,6 +32,7 @@ Exit codes:
     6  the key's stored record cannot be parsed (show / history / break); what
        can be read is still printed. ``list`` shows such keys as UNREADABLE
        beside the others and still exits 0.
+    7  ``check`` found a violation in the key's history (the report names it)
 
 Output is safe to read on a terminal: every printed field has its control
 characters escaped (``\n``, ``\x1b``), and ``--json`` is strict JSON.
@@ -70,6 +74,7 @@ exit codes:
   5  unexpected internal error
   6  the key's record cannot be parsed (show/history/break; list shows such
      keys as UNREADABLE and exits 0)
+  7  check found a violation in the key's history
 """
 
 
@@ -103,6 +108,7 @@ def _key(text: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from .console.breaking import run_break
+    from .console.checking import run_check
     from .console.history import run_history
     from .console.leases import run_list, run_show
 
@@ -158,7 +164,28 @@ def build_parser() -> argparse.ArgumentParser:
     breaking.add_argument("--token", type=_token, default=None, metavar="N",
                           help="break only if the lease still carries token N (what you "
                                "looked at); a run that took the key since is left alone (exit 4)")
+    checking = add("check", run_check,
+                   "judge a key's history: tokens unique and rising, no early grant, no "
+                   "accepted stale write (exit 7 on a violation)")
+    checking.add_argument("key", type=_key)
+    checking.add_argument("--ttl", type=_seconds, default=None, metavar="S",
+                          help="the shortest ttl the key is taken with: judges early grants")
+    checking.add_argument("--drift", type=_seconds, default=0.05, metavar="S",
+                          help="clock disagreement allowed, seconds (default 0.05)")
+    checking.add_argument("--writes", default=None, metavar="FILE",
+                          help="your fenced writes, JSON lines: {\"token\": N, \"accepted\": "
+                               "true, \"at\": ISO-8601 or seconds (optional)}")
     return parser
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
+    return value
 
 
 def _version() -> str:

@@ -12,6 +12,8 @@ INTERNAL = 5
 #: ``show`` of a key whose stored record cannot be parsed (what can be read
 #: is still printed); ``list`` shows such keys as UNREADABLE and exits 0.
 UNREADABLE = 6
+#: ``check`` found a violation of a safety rule in the key's history.
+VIOLATION = 7
 
 
 class CommandFailed(Exception):

@@ -20,6 +20,8 @@ from typing import Any
 from history import EventLog, Verdict, check, read_events
 
 from lease_integrations import LeaseError, SqlFence, connect
+from lease_integrations.core.checker import FencedWrite, check_history
+from lease_integrations.core.store import HISTORY_LIMIT
 
 WORKER = Path(__file__).with_name("worker.py")
 
@@ -41,6 +43,7 @@ class Scenario:
         self.counter_samples: list[int] = []
         self._sampling = threading.Event()
         self._sampler: threading.Thread | None = None
+        self.min_ttl: float | None = None  # the shortest ttl any worker used
 
     # -- workers ----------------------------------------------------------------------
     def spawn(self, worker: str, url: str | None = None, **options: Any) -> subprocess.Popen[bytes]:
@@ -49,6 +52,8 @@ class Scenario:
                "--ledger", str(self.ledger)]
         for name, value in options.items():
             cmd += [f"--{name.replace('_', '-')}", str(value)]
+        ttl = float(options.get("ttl", 2.0))  # worker.py's default
+        self.min_ttl = ttl if self.min_ttl is None else min(self.min_ttl, ttl)
         proc = subprocess.Popen(cmd)
         self.procs[worker] = proc
         return proc
@@ -140,8 +145,15 @@ class Scenario:
         with sqlite3.connect(self.ledger) as conn:
             accepted = [row[0] for row in conn.execute("SELECT token FROM writes ORDER BY id")]
         record = self.store.get(self.key)
-        return check(self.events(), accepted, self.counter_samples,
-                     record.token if record else None)
+        verdict = check(self.events(), accepted, self.counter_samples,
+                        record.token if record else None)
+        # The store's own history of the key, as a user would check it: no
+        # grant before the previous lease could have expired (on the store's
+        # clock; 50 ms for the event stamp against the expiry arithmetic).
+        verdict.store_report = check_history(
+            self.store.history(self.key, HISTORY_LIMIT), [FencedWrite(t, True) for t in accepted],
+            ttl=self.min_ttl, drift=0.05, key=self.key, history_limit=HISTORY_LIMIT)
+        return verdict
 
     def close(self) -> None:
         self.stop_all()

@@ -16,6 +16,13 @@ Rules checked per key (issue 5):
   5. no token is granted twice, whatever happened between the two grants
      (failover to a lagging replica, eviction, FLUSHALL, a deleted row): the
      issue-13 rule, checked over the whole run, not just neighbours.
+
+Rules 1, 2 (finding the overlaps) and 3 are judged by the public checker,
+``lease_integrations.core.checker``, the module users run on their own
+histories, so it is exercised on every run; what stays here is what only this
+harness knows: the injected pauses that explain an overlap, the store's
+counter samples, and the workers' own reports of their writes. The store's
+own history of the key is judged by the public checker too (``store_report``).
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from lease_integrations.core.checker import FencedWrite, HistoryReport, Hold, check_history
 
 
 class EventLog:
@@ -77,10 +86,15 @@ class Verdict:
     rule5: list[str] = field(default_factory=list)
     writes_accepted: int = 0
     stale_writes_rejected: int = 0
+    #: the public checker's verdict on the holders' log and the resource
+    report: HistoryReport | None = None
+    #: its verdict on the store's own history of the key (see Scenario.verdict)
+    store_report: HistoryReport | None = None
 
     @property
     def violations(self) -> list[str]:
-        return self.rule1 + self.rule2 + self.rule3 + self.rule4 + self.rule5
+        store = [f"store history: {v}" for v in self.store_report.violations] if self.store_report else []
+        return self.rule1 + self.rule2 + self.rule3 + self.rule4 + self.rule5 + store
 
     def summary(self) -> str:
         return (f"{len(self.grants)} grants, {len(self.overlaps_explained)} overlaps (all explained: "
@@ -141,36 +155,37 @@ def check(events: list[dict[str, Any]], accepted_tokens: list[int],
     verdict = Verdict(grants=_grants(events, end_of_run))
     grants = verdict.grants
 
+    # The public checker: each grant is a hold (start to release, kill or the
+    # loss the holder was told of), in monotonic ns on one host; the resource's
+    # accepted tokens are its writes, in the order it accepted them.
+    holds = [Hold(g.token, g.start, min(g.end or end_of_run, g.lost_at or end_of_run), g.worker)
+             for g in grants]
+    report = verdict.report = check_history(
+        holds=holds, writes=[FencedWrite(t, True) for t in accepted_tokens])
+    by_token = {g.token: g for g in grants}
+
     # rule 1: unique, strictly increasing in grant order
-    for a, b in itertools.pairwise(grants):
-        if b.token <= a.token:
-            verdict.rule1.append(f"token {b.token} ({b.worker}) granted after {a.token} ({a.worker})")
+    verdict.rule1 = [v.message for v in report.rule("token-order")]
 
     # rule 5: no token granted twice (anywhere in the run)
     verdict.rule5 = tokens_granted_twice((g.token, g.worker) for g in grants)
 
     # rule 2: overlaps must be explained by an injected pause or cut of the earlier holder
     pauses = _pauses(events)
-    for i, a in enumerate(grants):
-        # a holder's lease ends when it let go, or when it was told it lost it
-        a_end = min(a.end or end_of_run, a.lost_at or end_of_run)
-        for b in grants[i + 1:]:
-            if b.start >= a_end:
-                continue
-            spans = pauses.get(a.pid, [])
-            paused = any(lo <= b.start and hi >= a.start for lo, hi in spans)
-            if paused:
-                verdict.overlaps_explained.append(
-                    f"{a.worker} (token {a.token}) was paused/cut while {b.worker} took token "
-                    f"{b.token}: {a.worker} is the stale holder"
-                    + (" and was told it lost the lease" if a.lost_at else ""))
-            else:
-                verdict.rule2.append(f"{a.worker} token {a.token} overlaps {b.worker} token {b.token}")
+    for v in report.rule("overlap"):
+        a, b = by_token[v.tokens[0]], by_token[v.tokens[1]]
+        spans = pauses.get(a.pid, [])
+        paused = any(lo <= b.start and hi >= a.start for lo, hi in spans)
+        if paused:
+            verdict.overlaps_explained.append(
+                f"{a.worker} (token {a.token}) was paused/cut while {b.worker} took token "
+                f"{b.token}: {a.worker} is the stale holder"
+                + (" and was told it lost the lease" if a.lost_at else ""))
+        else:
+            verdict.rule2.append(f"{a.worker} token {a.token} overlaps {b.worker} token {b.token}")
 
     # rule 3: the fenced resource never went back
-    for x, y in itertools.pairwise(accepted_tokens):
-        if y < x:
-            verdict.rule3.append(f"resource accepted token {y} after {x}")
+    verdict.rule3 = [v.message for v in report.rule("stale-write")]
     verdict.writes_accepted = sum(1 for e in events if e["ev"] == "write" and e["ok"])
     verdict.stale_writes_rejected = sum(1 for e in events if e["ev"] == "write" and not e["ok"])
     for e in events:

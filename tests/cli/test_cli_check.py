@@ -1,0 +1,47 @@
+"""``leasectl check``: the public history checker on a key's real history,
+with the user's fenced writes from a file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cli_helpers import Leasectl
+
+from lease_integrations import connect
+
+
+def test_check_reports_a_clean_history_and_a_stale_write(
+        cli_url: str, key: str, tmp_path: Path, leasectl: Leasectl) -> None:
+    with connect(cli_url) as store:
+        first = store.acquire(key, "alice", "secret-a", 30.0, {}).record
+        assert first is not None and store.release(key, "secret-a", first.token)
+        second = store.acquire(key, "bob", "secret-b", 30.0, {}).record
+        assert second is not None
+
+    ok = leasectl("--url", cli_url, "check", key, "--ttl", "30")
+    assert ok.code == 0, ok.err
+    assert "2 grant(s)" in ok.out and "OK" in ok.out
+
+    writes = tmp_path / "writes.jsonl"
+    writes.write_text("\n".join(json.dumps(w) for w in [
+        {"token": first.token, "accepted": True}, {"token": second.token, "accepted": True},
+        {"token": first.token, "accepted": True}]) + "\n")
+    bad = leasectl("--url", cli_url, "check", key, "--writes", str(writes))
+    assert bad.code == 7, bad.out + bad.err
+    assert "first violation: [stale-write]" in bad.out
+    as_json = json.loads(leasectl("--url", cli_url, "check", key, "--writes", str(writes), "--json").out)
+    assert not as_json["ok"] and as_json["violations"][0]["rule"] == "stale-write"
+    assert as_json["violations"][0]["tokens"] == [first.token, second.token]
+
+
+def test_check_of_an_unknown_key_or_a_bad_writes_file(
+        cli_url: str, key: str, tmp_path: Path, leasectl: Leasectl) -> None:
+    with connect(cli_url) as store:
+        store.acquire(key, "alice", "secret-a", 30.0, {})
+    assert leasectl("--url", cli_url, "check", key + "-never").code == 1
+    garbage = tmp_path / "writes.jsonl"
+    garbage.write_text('{"token": "x"}\n')
+    result = leasectl("--url", cli_url, "check", key, "--writes", str(garbage))
+    assert result.code == 2 and "line 1" in result.err
+    assert leasectl("--url", cli_url, "check", key, "--ttl", "-1").code == 2
