@@ -39,9 +39,14 @@ phase() {  # name, command...  (queued; run below)
 }
 
 # Longest first, so the two slots stay busy to the end.
-phase "core and stores" .venv/bin/pytest "${PY[@]}" --durations=10 tests \
-  --ignore=tests/airflow --ignore=tests/airflow_ui --ignore=tests/prefect --ignore=tests/smoke --ignore=tests/packaging "$@"
 phase "airflow" .venv-airflow/bin/pytest "${PY[@]}" --durations=10 tests/airflow "$@"
+# The core env's tests in two phases of similar length: the slow fault, race
+# and stateful tests (real server restarts, many processes) beside the rest.
+SLOW_CORE=(tests/faults tests/safety tests/race tests/stateful)
+phase "faults, races and stateful" .venv/bin/pytest "${PY[@]}" --durations=10 "${SLOW_CORE[@]}" "$@"
+phase "core, stores and console" .venv/bin/pytest "${PY[@]}" --durations=10 tests \
+  --ignore=tests/airflow --ignore=tests/airflow_ui --ignore=tests/prefect --ignore=tests/smoke \
+  --ignore=tests/packaging "${SLOW_CORE[@]/#/--ignore=}" "$@"
 phase "prefect" .venv-prefect/bin/pytest "${PY[@]}" --durations=10 tests/prefect "$@"
 phase "airflow ui" .venv-airflow/bin/pytest "${PY[@]}" --durations=5 tests/airflow_ui "$@"
 phase "smoke: oldest airflow ($AIRFLOW_OLDEST)" .venv-airflow-min/bin/pytest "${PY[@]}" tests/smoke/test_airflow_smoke.py "$@"
