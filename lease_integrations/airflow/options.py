@@ -33,6 +33,10 @@ DEFAULT_TTL = 60.0
 #: the resumed try runs (apache/airflow#72716; see docs/airflow/operations.md).
 DEFAULT_DEFER_SETTLE = 10.0
 
+#: The loss policies a task can use: ``cancel`` needs an asyncio task to cancel,
+#: and a task's callable runs on a thread (the core would refuse it at run time).
+AIRFLOW_ON_LOST_POLICIES = ("exit", "check")
+
 
 @dataclass(frozen=True)
 class LeaseOptions:
@@ -50,6 +54,10 @@ class LeaseOptions:
     def __post_init__(self) -> None:
         validate_policy(self.on_busy, ON_BUSY_POLICIES, "on_busy")
         validate_policy(self.on_lost, ON_LOST_POLICIES, "on_lost")
+        if self.on_lost not in AIRFLOW_ON_LOST_POLICIES:
+            raise ConfigurationError(
+                f"on_lost={self.on_lost!r} applies to async code (hold_async) only; a task's "
+                "callable runs on a thread: choose 'exit' or 'check'")
         validate_heartbeat(self.lease_heartbeat, validate_ttl(self.lease_ttl, "lease_ttl"))
         if not isinstance(self.lease_conn_id, str) or not self.lease_conn_id:
             raise ConfigurationError(
