@@ -1,0 +1,234 @@
+"""Fail-stop through Airflow (issue 23, table 1's Airflow rows): a lease broken
+from outside (``force_release``, as ``leasectl break`` does) while the task
+works ends the task's process and every process it started, and the try is
+never a success.
+
+- ``LeasedPythonOperator`` whose callable starts a child (in a session of its
+  own, with a grandchild) and waits: under ``dag.test()`` (the task runs in the
+  process that called it, which exits with ``LEASE_LOST_EXIT_STATUS``) and
+  under the real scheduler (the supervisor sees status 75: the try failed);
+- ``BashOperator`` (``sleep 60`` in bash) inside ``dag_run_lease(...)``, under
+  the real scheduler: bash and its children are gone, the run fails, the
+  keeper fails and the triggerer that ran it lives on.
+
+Under the old in-thread interrupt the callable's child and bash ran on
+(40 s in issue 23). Each test prints the time from the loss being known (the
+lease's ``on_lost`` callback ran, ``failstop_dags.py``) to the last sign of
+work and to the moment every process of the job was gone.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from scheduler_harness import AirflowCluster, poll
+
+from lease_integrations import LEASE_LOST_EXIT_STATUS, LeaseStore, connect
+from lease_integrations.core.descendants import Process, descendants
+
+DAGS = Path(__file__).resolve().parent / "failstop_dags"
+TTL, HEARTBEAT = 20.0, 2.0  # as in the DAG file
+GRACE = TTL / 5 / 4
+BOUND = HEARTBEAT + GRACE  # issue 23: gone within one heartbeat plus the grace
+RUN_WAIT = 240.0
+
+
+# -- evidence ----------------------------------------------------------------------------
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, start time in ticks since boot) of a process, None if gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[19])
+
+
+def identify(pids: list[int]) -> set[Process]:
+    """(pid, start time) of each pid and of everything below it, now."""
+    found = descendants(*pids)
+    for pid in pids:
+        stat = _stat(pid)
+        if stat is not None and stat[0] not in "ZX":
+            found.add((pid, stat[1]))
+    return found
+
+
+def alive(process: Process) -> bool:
+    """Running, not a zombie, and not a reused pid."""
+    stat = _stat(process[0])
+    return stat is not None and stat[1] == process[1] and stat[0] not in "ZX"
+
+
+def last_tick(directory: Path) -> float:
+    lines = (directory / "ticks").read_text().splitlines()
+    return max(float(line.split()[0]) for line in lines if line.strip())
+
+
+def wait_gone(processes: set[Process], timeout: float) -> float:
+    """Poll until none of ``processes`` runs; when that was first seen."""
+    deadline = time.monotonic() + timeout
+    while any(alive(p) for p in processes):
+        assert time.monotonic() < deadline, [p for p in processes if alive(p)]
+        time.sleep(0.01)
+    return time.time()
+
+
+def judge(what: str, directory: Path, broken_at: float, gone_at: float) -> None:
+    """Print and check the timing: every sign of work within the bound after
+    the loss was known, and every process gone within it too."""
+    lost_at = float((directory / "lost").read_text())
+    last = last_tick(directory)
+    print(f"\n{what}: loss known {lost_at - broken_at:+.3f} s after the break; last work "
+          f"{last - lost_at:+.3f} s, every process gone {gone_at - lost_at:+.3f} s after "
+          f"the loss was known (bound {BOUND:g} s)")
+    assert last <= lost_at + BOUND, (last - lost_at)
+    assert gone_at <= lost_at + BOUND, (gone_at - lost_at)
+    time.sleep(0.2)
+    assert last_tick(directory) == last, "work went on after its processes were gone"
+    assert not (directory / "ended").exists(), "the task's work returned"
+
+
+def kill_left(processes: set[Process]) -> None:
+    for process in processes:
+        if alive(process):
+            os.kill(process[0], 9)
+
+
+# -- dag.test() ----------------------------------------------------------------------------
+@pytest.mark.timeout(300)
+def test_dag_test_leased_callable_child_ends_with_the_process(airflow_home: Path,
+                                                               tmp_path: Path) -> None:
+    records = tmp_path / "records"
+    store_url = f"sqlite://{tmp_path}/leases.db"
+    script = f"import runpy\nrunpy.run_path({str(DAGS / 'failstop_dags.py')!r})['lf_child'].test()\n"
+    env = {**os.environ, "LEASE_STORE_URL": store_url, "FAILSTOP_RECORD_DIR": str(records),
+           "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS)}
+    directory = records / "dagtest"
+    processes: set[Process] = set()
+    with open(tmp_path / "run.log", "wb") as out:
+        run = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=str(airflow_home),
+                               stdout=out, stderr=subprocess.STDOUT)
+    try:
+        def working() -> bool:
+            assert run.poll() is None, (tmp_path / "run.log").read_text(errors="replace")[-3000:]
+            return (directory / "pids").exists()
+
+        poll(working, "the callable's child and grandchild to work", 180, 0.05)
+        processes = identify([int(p) for p in (directory / "pids").read_text().split()])
+        assert len(processes) >= 2, processes
+        with connect(store_url) as store:
+            broken_at = time.time()
+            before = store.force_release("airflow/lf_child/job", by="test operator")
+            assert before is not None and before.held
+        gone_at = wait_gone(processes, 3 * TTL)
+        status = run.wait(3 * TTL)
+        log = (tmp_path / "run.log").read_text(errors="replace")
+        assert status == LEASE_LOST_EXIT_STATUS, log[-3000:]
+        judge("dag.test(), LeasedPythonOperator child", directory, broken_at, gone_at)
+        assert "stopping this process and everything it started (exit status 75)" in log
+        # dag.test() never got to record an outcome: the try is not a success.
+        with sqlite3.connect(airflow_home / "airflow.db") as db:
+            states = {s for (s,) in db.execute(
+                "SELECT state FROM task_instance WHERE dag_id = 'lf_child'")}
+        assert states and "success" not in states, states
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        kill_left(processes)
+
+
+# -- the real scheduler -----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def records(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("failstop-records")
+
+
+@pytest.fixture(scope="module")
+def store_url(records: Path) -> str:
+    return f"sqlite://{records}/leases.db"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, records: Path,
+            store_url: str) -> Iterator[AirflowCluster]:
+    airflow = AirflowCluster(tmp_path_factory.mktemp("failstop-airflow-home"), DAGS, {
+        "FAILSTOP_RECORD_DIR": str(records), "LEASE_STORE_URL": store_url})
+    try:
+        airflow.start()
+        for dag_id in ("lf_child", "lf_bash"):
+            airflow.wait_dag(dag_id)
+        yield airflow
+    finally:
+        airflow.stop()
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[LeaseStore]:
+    s = connect(store_url)
+    yield s
+    s.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_scheduler_bash_in_dag_run_lease_ends_and_the_run_fails(
+        cluster: AirflowCluster, records: Path, store: LeaseStore) -> None:
+    directory = records / "bash"
+    run = cluster.trigger("lf_bash", {"tag": "bash"})
+    processes: set[Process] = set()
+    try:
+        poll((directory / "pids").exists, "bash and its sleep to run", RUN_WAIT)
+        processes = identify([int(p) for p in (directory / "pids").read_text().split()])
+        assert len(processes) >= 2, processes
+        broken_at = time.time()
+        before = store.force_release("lf-bash", by="test-operator")
+        assert before is not None and before.meta["run_id"] == run
+        gone_at = wait_gone(processes, 3 * TTL)
+        assert cluster.wait_run("lf_bash", run, RUN_WAIT) == "failed"
+        judge("scheduler, BashOperator in dag_run_lease", directory, broken_at, gone_at)
+    finally:
+        kill_left(processes)
+    states = cluster.task_states("lf_bash", run)
+    assert states["bash"] == "failed", states
+    assert states["dag_run_lease_keeper"] == "failed", states
+    assert states["dag_run_lease_release"] == "success", states
+    log = cluster.task_log("lf_bash", run, "bash")
+    assert "stopping this process and everything it started (exit status 75)" in log, log[-3000:]
+    keeper_log = cluster.task_log("lf_bash", run, "dag_run_lease_keeper")
+    assert "broken from outside by test-operator" in keeper_log
+    # The keeper's loss failed the keeper task only: the triggerer serves on.
+    assert cluster.procs["triggerer"].poll() is None
+    assert cluster.triggerer_healthy()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_scheduler_leased_callable_child_ends_and_the_try_fails(
+        cluster: AirflowCluster, records: Path, store: LeaseStore) -> None:
+    directory = records / "child"
+    run = cluster.trigger("lf_child", {"tag": "child"})
+    processes: set[Process] = set()
+    try:
+        poll((directory / "pids").exists, "the callable's child and grandchild to work",
+             RUN_WAIT)
+        processes = identify([int(p) for p in (directory / "pids").read_text().split()])
+        assert len(processes) >= 2, processes
+        broken_at = time.time()
+        before = store.force_release("airflow/lf_child/job", by="test-operator")
+        assert before is not None and before.meta["run_id"] == run
+        gone_at = wait_gone(processes, 3 * TTL)
+        assert cluster.wait_run("lf_child", run, RUN_WAIT) == "failed"
+        judge("scheduler, LeasedPythonOperator child", directory, broken_at, gone_at)
+    finally:
+        kill_left(processes)
+    assert cluster.task_states("lf_child", run)["job"] == "failed"
+    log = cluster.task_log("lf_child", run, "job")
+    assert "stopping this process and everything it started (exit status 75)" in log, log[-3000:]
