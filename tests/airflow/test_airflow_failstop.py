@@ -9,7 +9,11 @@ never a success.
   under the real scheduler (the supervisor sees status 75: the try failed);
 - ``BashOperator`` (``sleep 60`` in bash) inside ``dag_run_lease(...)``, under
   the real scheduler: bash and its children are gone, the run fails, the
-  keeper fails and the triggerer that ran it lives on.
+  keeper fails and the triggerer that ran it lives on;
+- the trust-window case under ``dag.test()``: the Redis store blackholed by a
+  proxy while worker threads and children work and a contender keeps trying
+  (straight to Redis): all the work, and the operator's ``on_kill()``, ends
+  before the contender's grant, by the store's history.
 
 Under the old in-thread interrupt the callable's child and bash ran on
 (40 s in issue 23). Each test prints the time from the loss being known (the
@@ -25,13 +29,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from scheduler_harness import AirflowCluster, poll
 
-from lease_integrations import LEASE_LOST_EXIT_STATUS, LeaseStore, connect
+from lease_integrations import LEASE_LOST_EXIT_STATUS, LeaseBusy, LeaseLock, LeaseStore, connect
 from lease_integrations.core.descendants import Process, descendants
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "safety"))
+from proxy import FaultProxy  # tests/safety/proxy.py
 
 DAGS = Path(__file__).resolve().parent / "failstop_dags"
 TTL, HEARTBEAT = 20.0, 2.0  # as in the DAG file
@@ -102,27 +111,48 @@ def kill_left(processes: set[Process]) -> None:
 
 
 # -- dag.test() ----------------------------------------------------------------------------
-@pytest.mark.timeout(300)
-def test_dag_test_leased_callable_child_ends_with_the_process(airflow_home: Path,
-                                                               tmp_path: Path) -> None:
+def start_dag_test(dag_id: str, airflow_home: Path, tmp_path: Path,
+                   store_url: str) -> tuple[subprocess.Popen[bytes], Path, set[Process]]:
+    """``dag_id``'s ``dag.test()`` in a process of its own; returns once its
+    work runs, with the evidence directory and the processes the task started."""
     records = tmp_path / "records"
-    store_url = f"sqlite://{tmp_path}/leases.db"
-    script = f"import runpy\nrunpy.run_path({str(DAGS / 'failstop_dags.py')!r})['lf_child'].test()\n"
+    script = f"import runpy\nrunpy.run_path({str(DAGS / 'failstop_dags.py')!r})[{dag_id!r}].test()\n"
     env = {**os.environ, "LEASE_STORE_URL": store_url, "FAILSTOP_RECORD_DIR": str(records),
            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS)}
     directory = records / "dagtest"
-    processes: set[Process] = set()
     with open(tmp_path / "run.log", "wb") as out:
         run = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=str(airflow_home),
                                stdout=out, stderr=subprocess.STDOUT)
-    try:
-        def working() -> bool:
-            assert run.poll() is None, (tmp_path / "run.log").read_text(errors="replace")[-3000:]
-            return (directory / "pids").exists()
 
+    def working() -> bool:
+        assert run.poll() is None, (tmp_path / "run.log").read_text(errors="replace")[-3000:]
+        return (directory / "pids").exists()
+
+    try:
         poll(working, "the callable's child and grandchild to work", 180, 0.05)
-        processes = identify([int(p) for p in (directory / "pids").read_text().split()])
-        assert len(processes) >= 2, processes
+    except BaseException:
+        run.kill()
+        run.wait()
+        raise
+    processes = identify([int(p) for p in (directory / "pids").read_text().split()])
+    assert len(processes) >= 2, processes
+    return run, directory, processes
+
+
+def not_a_success(airflow_home: Path, dag_id: str) -> None:
+    """dag.test() never got to record an outcome: the try is not a success."""
+    with sqlite3.connect(airflow_home / "airflow.db") as db:
+        states = {s for (s,) in db.execute(
+            "SELECT state FROM task_instance WHERE dag_id = ?", (dag_id,))}
+    assert states and "success" not in states, states
+
+
+@pytest.mark.timeout(300)
+def test_dag_test_leased_callable_child_ends_with_the_process(airflow_home: Path,
+                                                               tmp_path: Path) -> None:
+    store_url = f"sqlite://{tmp_path}/leases.db"
+    run, directory, processes = start_dag_test("lf_child", airflow_home, tmp_path, store_url)
+    try:
         with connect(store_url) as store:
             broken_at = time.time()
             before = store.force_release("airflow/lf_child/job", by="test operator")
@@ -133,12 +163,62 @@ def test_dag_test_leased_callable_child_ends_with_the_process(airflow_home: Path
         assert status == LEASE_LOST_EXIT_STATUS, log[-3000:]
         judge("dag.test(), LeasedPythonOperator child", directory, broken_at, gone_at)
         assert "stopping this process and everything it started (exit status 75)" in log
-        # dag.test() never got to record an outcome: the try is not a success.
-        with sqlite3.connect(airflow_home / "airflow.db") as db:
-            states = {s for (s,) in db.execute(
-                "SELECT state FROM task_instance WHERE dag_id = 'lf_child'")}
-        assert states and "success" not in states, states
+        not_a_success(airflow_home, "lf_child")
     finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        kill_left(processes)
+
+
+@pytest.mark.timeout(300)
+def test_dag_test_blackholed_store_stops_all_work_before_the_contenders_grant(
+        airflow_home: Path, tmp_path: Path, redis_url: str) -> None:
+    key, ttl = "airflow/lf_blackout/job", 3.0  # heartbeat 1 s, margin 0.6 s, grace 0.15 s
+    target = urlsplit(redis_url)
+    assert target.hostname is not None and target.port is not None
+    proxy = FaultProxy(target.hostname, target.port)
+    through = urlunsplit(target._replace(netloc=target.netloc.replace(
+        f":{target.port}", f":{proxy.port}")))
+    run, directory, processes = start_dag_test("lf_blackout", airflow_home, tmp_path, through)
+    direct = connect(redis_url)
+    try:
+        proxy.blackhole()  # the job's store stops answering; the contender's does not
+        gone = ThreadPoolExecutor(1).submit(wait_gone, processes, 3 * ttl)
+        contender = LeaseLock(direct, key, ttl=ttl)
+        deadline = time.monotonic() + 10 * ttl
+        while True:
+            try:
+                lease = contender.acquire(wait=0)
+                break
+            except LeaseBusy:
+                assert time.monotonic() < deadline, "the contender never got the lease"
+                time.sleep(0.005)
+        granted = next(e.at.timestamp() for e in direct.history(key, limit=20)
+                       if e.kind == "acquired" and e.token == lease.token)
+        contender.release(lease)
+        gone_at = gone.result()
+        status = run.wait(3 * ttl)
+        log = (tmp_path / "run.log").read_text(errors="replace")
+        assert status == LEASE_LOST_EXIT_STATUS, log[-3000:]
+        lost_at = float((directory / "lost").read_text())
+        last = last_tick(directory)
+        on_kill = float((directory / "on_kill").read_text())
+        print(f"\ndag.test(), trust window (Redis blackholed): last work {last - lost_at:+.3f} s "
+              f"after the loss was known, {granted - last:.3f} s before the contender's grant; "
+              f"on_kill {granted - on_kill:.3f} s before it; every process gone "
+              f"{gone_at - lost_at:+.3f} s after the loss was known, {granted - gone_at:.3f} s "
+              "before the grant")
+        assert last < granted and on_kill < granted, (last, on_kill, granted)
+        assert {"thread0", "thread1", "child0", "child1"} <= {
+            line.split()[1] for line in (directory / "ticks").read_text().splitlines()}
+        assert gone_at <= lost_at + ttl / 3 + ttl / 5 / 4, gone_at - lost_at
+        assert not (directory / "ended").exists()
+        assert "no successful renewal within the trust window" in log, log[-3000:]
+        not_a_success(airflow_home, "lf_blackout")
+    finally:
+        proxy.close()
+        direct.close()
         if run.poll() is None:
             run.kill()
             run.wait()

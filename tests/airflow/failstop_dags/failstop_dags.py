@@ -8,7 +8,8 @@ the run's ``conf["tag"]``, ``dagtest`` under ``dag.test()``):
 - ``ticks``: one wall-clock time per line, written by every process while it works;
 - ``lost``: when the lease's ``on_lost`` callback ran (the moment the loss was known);
 - ``pids``: the processes the task started, written once all of them work;
-- ``ended``: the task's work returned (it never should: the test breaks the lease).
+- ``ended``: the task's work returned (it never should: the test breaks the lease);
+- ``on_kill``: when the operator's ``on_kill()`` stopped its external work.
 """
 
 # ruff: noqa: SIM117  (the lease block reads best nested inside the DAG block)
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -79,12 +81,38 @@ def start_child_and_wait(**context: Any) -> None:
     ticks = directory / "ticks"
     child = subprocess.Popen([sys.executable, "-c", TICKER, str(ticks), "1", TICKER],
                              start_new_session=True)
-    while len({line.split()[1] for line in ticks.read_text().splitlines()}
-              if ticks.exists() else ()) < 2:
+    while not {"child0", "child1"} <= ({line.split()[1] for line in ticks.read_text(
+            ).splitlines()} if ticks.exists() else set()):
         time.sleep(0.01)  # until the child and the grandchild both tick
     (directory / "pids").write_text(" ".join(str(pid) for pid, _ in descendants()))
     child.wait()
     (directory / "ended").write_text(f"{time.time():.6f}")
+
+
+def threads_and_child(**context: Any) -> None:
+    """Two worker threads that tick, beside a child and grandchild that tick."""
+    directory = evidence(context)
+    fd = os.open(directory / "ticks", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+
+    def work(who: str) -> None:
+        while True:
+            os.write(fd, f"{time.time():.6f} {who}\n".encode())
+            time.sleep(0.02)
+
+    for i in range(2):
+        threading.Thread(target=work, args=(f"thread{i}",), daemon=True).start()
+    start_child_and_wait(**context)
+
+
+class StopsExternalWork(LeasedPythonOperator):  # type: ignore[misc]
+    """An operator whose ``on_kill()`` stops work outside the process (as the
+    Kubernetes or Spark operators do); here it leaves a mark of when it ran."""
+
+    def on_kill(self) -> None:
+        tag = "dagtest"
+        (RECORD / tag).mkdir(parents=True, exist_ok=True)
+        (RECORD / tag / "on_kill").write_text(f"{time.time():.6f}")
+        super().on_kill()
 
 
 # A leased callable that starts a child (which starts a grandchild) and waits.
@@ -99,3 +127,10 @@ with DAG(dag_id="lf_bash", schedule=None, start_date=START,
     with dag_run_lease(lease_key="lf-bash", lease_ttl=TTL, lease_heartbeat=HEARTBEAT,
                        on_busy="fail"):
         BashOperator(task_id="bash", bash_command=BASH, pre_execute=record_loss)
+
+# The trust-window case: the store stops answering while threads and children
+# work, and the operator has external work to stop. ttl 3 s: heartbeat 1 s,
+# margin 0.6 s, grace 0.15 s.
+with DAG(dag_id="lf_blackout", schedule=None, start_date=START,
+         default_args={"retries": 0}) as lf_blackout:
+    StopsExternalWork(task_id="job", python_callable=threads_and_child, lease_ttl=3.0)
