@@ -162,12 +162,19 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
         return self.execute(context)
 
     def on_kill(self) -> None:
+        """Give the lease back, then stop the operator's own work. A lost lease
+        (``on_kill`` as fail-stop's stop hook) is not the store's to give back:
+        no store call, which could hang on an unreachable store for the whole
+        of the ladder's budget while the process still works."""
         held = self._held
-        if held is not None:
-            lock, lease = held
-            self.log.warning("task killed: releasing lease %s (token %s)", lease.key, lease.token)
-            lock.release(lease)
-        super().on_kill()
+        try:
+            if held is not None and not held[1].lost:
+                lock, lease = held
+                self.log.warning("task killed: releasing lease %s (token %s)", lease.key,
+                                 lease.token)
+                lock.release(lease)
+        finally:
+            super().on_kill()
 
     # -- steps --------------------------------------------------------------------
     def _run_leased(self, lock: LeaseLock, store: LeaseStore, context: Any) -> Any:
