@@ -9,7 +9,8 @@ never a success.
   under the real scheduler (the supervisor sees status 75: the try failed);
 - ``BashOperator`` (``sleep 60`` in bash) inside ``dag_run_lease(...)``, under
   the real scheduler: bash and its children are gone, the run fails, the
-  keeper fails and the triggerer that ran it lives on;
+  keeper fails and the triggerer that ran it lives on (xfail, a core bug: the
+  same with a daemon that bash started with ``setsid``, which outlives it);
 - the trust-window case under ``dag.test()``: the Redis store blackholed by a
   proxy while worker threads and children work and a contender keeps trying
   (straight to Redis): all the work, and the operator's ``on_kill()``, ends
@@ -243,7 +244,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, records: Path,
         "FAILSTOP_RECORD_DIR": str(records), "LEASE_STORE_URL": store_url})
     try:
         airflow.start()
-        for dag_id in ("lf_child", "lf_bash"):
+        for dag_id in ("lf_child", "lf_bash", "lf_bash_daemon"):
             airflow.wait_dag(dag_id)
         yield airflow
     finally:
@@ -257,36 +258,57 @@ def store(store_url: str) -> Iterator[LeaseStore]:
     s.close()
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_scheduler_bash_in_dag_run_lease_ends_and_the_run_fails(
-        cluster: AirflowCluster, records: Path, store: LeaseStore) -> None:
-    directory = records / "bash"
-    run = cluster.trigger("lf_bash", {"tag": "bash"})
+def bash_under_a_broken_run_lease(cluster: AirflowCluster, records: Path, store: LeaseStore,
+                                  dag_id: str, key: str, tag: str, least: int) -> None:
+    directory = records / tag
+    run = cluster.trigger(dag_id, {"tag": tag})
     processes: set[Process] = set()
     try:
-        poll((directory / "pids").exists, "bash and its sleep to run", RUN_WAIT)
+        poll((directory / "pids").exists, "bash and the processes it starts to run", RUN_WAIT)
         processes = identify([int(p) for p in (directory / "pids").read_text().split()])
-        assert len(processes) >= 2, processes
+        assert len(processes) >= least, processes
         broken_at = time.time()
-        before = store.force_release("lf-bash", by="test-operator")
+        before = store.force_release(key, by="test-operator")
         assert before is not None and before.meta["run_id"] == run
-        gone_at = wait_gone(processes, 3 * TTL)
-        assert cluster.wait_run("lf_bash", run, RUN_WAIT) == "failed"
-        judge("scheduler, BashOperator in dag_run_lease", directory, broken_at, gone_at)
+        gone_at = wait_gone(processes, BOUND + 10)
+        assert cluster.wait_run(dag_id, run, RUN_WAIT) == "failed"
+        judge(f"scheduler, BashOperator in dag_run_lease ({dag_id})", directory, broken_at,
+              gone_at)
     finally:
         kill_left(processes)
-    states = cluster.task_states("lf_bash", run)
+    states = cluster.task_states(dag_id, run)
     assert states["bash"] == "failed", states
     assert states["dag_run_lease_keeper"] == "failed", states
     assert states["dag_run_lease_release"] == "success", states
-    log = cluster.task_log("lf_bash", run, "bash")
+    log = cluster.task_log(dag_id, run, "bash")
     assert "stopping this process and everything it started (exit status 75)" in log, log[-3000:]
-    keeper_log = cluster.task_log("lf_bash", run, "dag_run_lease_keeper")
+    # The ladder ran to its end: on_kill() ended bash, whose end let execute()
+    # return, yet the task process still exited with the ladder's status.
+    assert '"exit_code": 75' in log, log[-3000:]
+    keeper_log = cluster.task_log(dag_id, run, "dag_run_lease_keeper")
     assert "broken from outside by test-operator" in keeper_log
     # The keeper's loss failed the keeper task only: the triggerer serves on.
     assert cluster.procs["triggerer"].poll() is None
     assert cluster.triggerer_healthy()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_scheduler_bash_in_dag_run_lease_ends_and_the_run_fails(
+        cluster: AirflowCluster, records: Path, store: LeaseStore) -> None:
+    bash_under_a_broken_run_lease(cluster, records, store, "lf_bash", "lf-bash", "bash", 2)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.xfail(strict=True, reason=(
+    "core: fail-stop runs the stop hooks before it freezes the descendants; "
+    "BashOperator.on_kill() ends bash first, its setsid daemon is handed to init, "
+    "and the ladder's walk from the task process no longer finds it"))
+def test_scheduler_bash_daemon_in_its_own_session_ends_too(
+        cluster: AirflowCluster, records: Path, store: LeaseStore) -> None:
+    bash_under_a_broken_run_lease(cluster, records, store, "lf_bash_daemon", "lf-bash-daemon",
+                                  "daemon", 3)
 
 
 @pytest.mark.slow
@@ -304,7 +326,7 @@ def test_scheduler_leased_callable_child_ends_and_the_try_fails(
         broken_at = time.time()
         before = store.force_release("airflow/lf_child/job", by="test-operator")
         assert before is not None and before.meta["run_id"] == run
-        gone_at = wait_gone(processes, 3 * TTL)
+        gone_at = wait_gone(processes, BOUND + 10)
         assert cluster.wait_run("lf_child", run, RUN_WAIT) == "failed"
         judge("scheduler, LeasedPythonOperator child", directory, broken_at, gone_at)
     finally:
@@ -312,3 +334,4 @@ def test_scheduler_leased_callable_child_ends_and_the_try_fails(
     assert cluster.task_states("lf_child", run)["job"] == "failed"
     log = cluster.task_log("lf_child", run, "job")
     assert "stopping this process and everything it started (exit status 75)" in log, log[-3000:]
+    assert '"exit_code": 75' in log, log[-3000:]

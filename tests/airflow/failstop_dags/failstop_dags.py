@@ -61,6 +61,18 @@ echo $$ $! > "$d/pids"
 while :; do date +%s.%N >> "$d/ticks"; sleep 0.05; done
 """
 
+#: The same, and a ticking loop that bash starts in a session of its own
+#: (``setsid``: out of reach of ``BashOperator.on_kill``'s process-group SIGTERM).
+BASH_DAEMON = """
+d="$FAILSTOP_RECORD_DIR/{{ (dag_run.conf or {}).get('tag', 'dagtest') }}"
+sleep 60 &
+s=$!
+setsid sh -c 'while :; do date +%s.%N >> "$1/ticks"; sleep 0.05; done' sh "$d" &
+date +%s.%N >> "$d/ticks"
+echo $$ $s $! > "$d/pids"
+while :; do date +%s.%N >> "$d/ticks"; sleep 0.05; done
+"""
+
 
 def evidence(context: Any) -> Path:
     tag = (context["dag_run"].conf or {}).get("tag", "dagtest")
@@ -127,6 +139,13 @@ with DAG(dag_id="lf_bash", schedule=None, start_date=START,
     with dag_run_lease(lease_key="lf-bash", lease_ttl=TTL, lease_heartbeat=HEARTBEAT,
                        on_busy="fail"):
         BashOperator(task_id="bash", bash_command=BASH, pre_execute=record_loss)
+
+# The same with a daemon in a session of its own.
+with DAG(dag_id="lf_bash_daemon", schedule=None, start_date=START,
+         default_args={"retries": 0}) as lf_bash_daemon:
+    with dag_run_lease(lease_key="lf-bash-daemon", lease_ttl=TTL, lease_heartbeat=HEARTBEAT,
+                       on_busy="fail"):
+        BashOperator(task_id="bash", bash_command=BASH_DAEMON, pre_execute=record_loss)
 
 # The trust-window case: the store stops answering while threads and children
 # work, and the operator has external work to stop. ttl 3 s: heartbeat 1 s,
