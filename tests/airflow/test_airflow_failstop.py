@@ -102,7 +102,8 @@ def judge(what: str, directory: Path, broken_at: float, gone_at: float) -> None:
     assert gone_at <= lost_at + BOUND, (gone_at - lost_at)
     time.sleep(0.2)
     assert last_tick(directory) == last, "work went on after its processes were gone"
-    assert not (directory / "ended").exists(), "the task's work returned"
+    assert not (directory / "ended").exists(), (
+        "the task's work went on: its wait returned (its child had ended) while its process ran")
 
 
 def kill_left(processes: set[Process]) -> None:
@@ -214,7 +215,8 @@ def test_dag_test_blackholed_store_stops_all_work_before_the_contenders_grant(
         assert {"thread0", "thread1", "child0", "child1"} <= {
             line.split()[1] for line in (directory / "ticks").read_text().splitlines()}
         assert gone_at <= lost_at + ttl / 3 + ttl / 5 / 4, gone_at - lost_at
-        assert not (directory / "ended").exists()
+        assert not (directory / "ended").exists(), (
+            "the task's work went on: its wait returned (its child had ended) while its process ran")
         assert "no successful renewal within the trust window" in log, log[-3000:]
         not_a_success(airflow_home, "lf_blackout")
     finally:
