@@ -303,10 +303,11 @@ def test_scheduler_bash_in_dag_run_lease_ends_and_the_run_fails(
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=False, reason=(
     "core: fail-stop runs the stop hooks before it freezes the descendants; "
     "BashOperator.on_kill() ends bash first, its setsid daemon is handed to init, "
-    "and the ladder's walk from the task process no longer finds it"))
+    "and the ladder's walk from the task process mostly no longer finds it (a race: "
+    "it passes when the walk comes before the reparenting)"))
 def test_scheduler_bash_daemon_in_its_own_session_ends_too(
         cluster: AirflowCluster, records: Path, store: LeaseStore) -> None:
     bash_under_a_broken_run_lease(cluster, records, store, "lf_bash_daemon", "lf-bash-daemon",
