@@ -23,6 +23,7 @@ from .connections import DEFAULT_CONN_ID, resolve_store_url
 from .meta import task_meta
 from .options import DEFAULT_DEFER_SETTLE, DEFAULT_TTL, LeaseOptions, default_key
 from .signals import release_on_sigterm
+from .stop import task_stop_hook
 
 XCOM_KEY = "lease_token"
 
@@ -162,12 +163,19 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
         return self.execute(context)
 
     def on_kill(self) -> None:
+        """Give the lease back, then stop the operator's own work. A lost lease
+        (``on_kill`` as fail-stop's stop hook) is not the store's to give back:
+        no store call, which could hang on an unreachable store for the whole
+        of the ladder's budget while the process still works."""
         held = self._held
-        if held is not None:
-            lock, lease = held
-            self.log.warning("task killed: releasing lease %s (token %s)", lease.key, lease.token)
-            lock.release(lease)
-        super().on_kill()
+        try:
+            if held is not None and not held[1].lost:
+                lock, lease = held
+                self.log.warning("task killed: releasing lease %s (token %s)", lease.key,
+                                 lease.token)
+                lock.release(lease)
+        finally:
+            super().on_kill()
 
     # -- steps --------------------------------------------------------------------
     def _run_leased(self, lock: LeaseLock, store: LeaseStore, context: Any) -> Any:
@@ -216,7 +224,7 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
                 context["ti"].xcom_push(key=XCOM_KEY, value=lease.token)
                 with release_on_sigterm(lambda: lock.release(lease),
                                         f"lease {lease.key} (token {lease.token})"), \
-                        stop_hook(self.on_kill):
+                        stop_hook(task_stop_hook(self, lease)):
                     return super().execute(context)
         except LeaseBusy as busy:
             if entered:

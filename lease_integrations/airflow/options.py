@@ -24,8 +24,6 @@ from lease_integrations.core import (
 
 from .connections import DEFAULT_CONN_ID
 
-SYNC_ON_LOST_POLICIES = tuple(p for p in ON_LOST_POLICIES if p != "cancel")
-
 #: Long enough that a busy worker's heartbeat keeps up; short enough that a
 #: crashed task blocks the next run for a minute at most.
 DEFAULT_TTL = 60.0
@@ -34,6 +32,10 @@ DEFAULT_TTL = 60.0
 #: scheduler has drained the executor's "success" of the deferring exit before
 #: the resumed try runs (apache/airflow#72716; see docs/airflow/operations.md).
 DEFAULT_DEFER_SETTLE = 10.0
+
+#: The loss policies a task can use: ``cancel`` needs an asyncio task to cancel,
+#: and a task's callable runs on a thread (the core would refuse it at run time).
+AIRFLOW_ON_LOST_POLICIES = ("exit", "check")
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,11 @@ class LeaseOptions:
 
     def __post_init__(self) -> None:
         validate_policy(self.on_busy, ON_BUSY_POLICIES, "on_busy")
-        # A task's callable runs in a thread: 'cancel' (hold_async only) does not apply.
-        validate_policy(self.on_lost, SYNC_ON_LOST_POLICIES, "on_lost")
+        validate_policy(self.on_lost, ON_LOST_POLICIES, "on_lost")
+        if self.on_lost not in AIRFLOW_ON_LOST_POLICIES:
+            raise ConfigurationError(
+                f"on_lost={self.on_lost!r} applies to async code (hold_async) only; a task's "
+                "callable runs on a thread: choose 'exit' or 'check'")
         validate_heartbeat(self.lease_heartbeat, validate_ttl(self.lease_ttl, "lease_ttl"))
         if not isinstance(self.lease_conn_id, str) or not self.lease_conn_id:
             raise ConfigurationError(

@@ -24,6 +24,13 @@ HERE = Path(__file__).resolve().parent
 DAGS = HERE / "dags"
 BIN = Path(sys.executable).parent
 HOME = Path(tempfile.mkdtemp(prefix="lease-airflow-home-"))
+ROOT = HERE.parents[1]
+
+# Every Airflow process the tests start (dag.test() runners, the scheduler's
+# components and the task processes they fork) imports this checkout's
+# package, not whichever checkout the virtualenv's editable install points at.
+_path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *(p for p in _path if p != str(ROOT))])
 
 os.environ.pop("LEASE_STORE_URL", None)
 os.environ.pop("AIRFLOW_CONN_LEASE_DEFAULT", None)

@@ -185,12 +185,22 @@ class AirflowCluster:
 
     def backfill(self, dag_id: str, from_date: str, to_date: str,
                  conf: dict[str, Any] | None = None) -> int:
-        backfill = self.api("POST", "/api/v2/backfills", {
-            "dag_id": dag_id, "from_date": from_date, "to_date": to_date,
-            "run_backwards": False, "dag_run_conf": conf or {}, "reprocess_behavior": "none",
-            "max_active_runs": 1,
-        })
-        return int(backfill["id"])
+        """Airflow refuses a backfill while its SQLite metadata DB is busy (HTTP
+        503 "Database is locked"); a user retries, and so does this, for a
+        bounded time."""
+        body = {"dag_id": dag_id, "from_date": from_date, "to_date": to_date,
+                "run_backwards": False, "dag_run_conf": conf or {}, "reprocess_behavior": "none",
+                "max_active_runs": 1}
+
+        def created() -> int | None:
+            try:
+                return int(self.api("POST", "/api/v2/backfills", body)["id"])
+            except AssertionError as error:
+                if "Database is locked" in str(error):
+                    return None
+                raise
+
+        return int(poll(created, "Airflow to accept the backfill", 60.0, 1.0))
 
     def runs(self, dag_id: str) -> list[dict[str, Any]]:
         runs: list[dict[str, Any]] = self.api("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100")[

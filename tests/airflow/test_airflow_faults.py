@@ -1,33 +1,45 @@
 """Faults through ``dag.test()``: the lease broken from outside while the
-callable runs, SIGTERM (release at once, before the supervisor's SIGKILL) and
-SIGKILL (the TTL frees the lease; the next run takes it, nobody clears it)."""
+callable runs (``on_lost="check"``: the try fails; ``"exit"``, the default:
+the process running the task ends with status 75), SIGTERM (release at once,
+before the supervisor's SIGKILL) and SIGKILL (the TTL frees the lease; the
+next run takes it, nobody clears it)."""
 
 from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 from harness import events, open_gate, result_for, wait_until
 
-from lease_integrations import connect
+from lease_integrations import LEASE_LOST_EXIT_STATUS, connect
 
 
 def started(record_dir: Path, dag_id: str) -> list[dict[str, Any]]:
     return [e for e in events(record_dir) if e["event"] == "start" and e["dag_id"] == dag_id]
 
 
-def test_broken_lease_and_sigterm_end_the_try_failed(run_dags: Any, record_dir: Path) -> None:
+def task_states(airflow_home: Path, dag_id: str) -> set[str | None]:
+    """Every state the metadata DB holds for ``dag_id``'s task instances."""
+    with sqlite3.connect(airflow_home / "airflow.db") as db:
+        return {state for (state,) in db.execute(
+            "SELECT state FROM task_instance WHERE dag_id = ?", (dag_id,))}
+
+
+def test_broken_lease_and_sigterm_end_the_try_failed(run_dags: Any, record_dir: Path,
+                                                     airflow_home: Path) -> None:
     """One process (one Airflow start-up) runs three DAGs in turn: the lease of
-    the first two is broken from outside (``on_lost`` interrupt, then check);
-    the third gets SIGTERM, as the supervisor sends when a task is killed."""
+    the first is broken from outside (``on_lost="check"``); the second gets
+    SIGTERM, as the supervisor sends when a task is killed; the lease of the
+    third is broken under the default ``on_lost="exit"``, which ends the
+    process running ``dag.test()``, so it comes last."""
     store = connect(os.environ["LEASE_STORE_URL"])
-    proc = run_dags("lt_loss", "lt_loss_check", "lt_sigterm", name="faults")
-    for dag_id in ("lt_loss", "lt_loss_check"):
-        wait_until(lambda dag_id=dag_id: started(record_dir, dag_id), f"{dag_id} to start")
-        before = store.force_release(f"airflow/{dag_id}/job", by="test operator")
-        assert before is not None and before.held
+    proc = run_dags("lt_loss_check", "lt_sigterm", "lt_loss", name="faults")
+    wait_until(lambda: started(record_dir, "lt_loss_check"), "lt_loss_check to start")
+    before = store.force_release("airflow/lt_loss_check/job", by="test operator")
+    assert before is not None and before.held
 
     wait_until(lambda: started(record_dir, "lt_sigterm"), "lt_sigterm to start")
     assert store.get("airflow/lt_sigterm/job").held  # type: ignore[union-attr]
@@ -36,15 +48,24 @@ def test_broken_lease_and_sigterm_end_the_try_failed(run_dags: Any, record_dir: 
     wait_until(lambda: not store.get("airflow/lt_sigterm/job").held,  # type: ignore[union-attr]
                "the lease to be released after SIGTERM", timeout=30)
 
+    wait_until(lambda: started(record_dir, "lt_loss"), "lt_loss to start")
+    before = store.force_release("airflow/lt_loss/job", by="test operator")
+    assert before is not None and before.held
+
     results = proc.wait()
-    assert result_for(results, "lt_loss")["tasks"]["job"] == "failed"  # interrupt policy
+    assert proc.process.returncode == LEASE_LOST_EXIT_STATUS, proc.tail()
     assert result_for(results, "lt_loss_check")["tasks"]["job"] == "failed"  # check policy
     assert result_for(results, "lt_sigterm")["tasks"]["job"] == "failed"
+    # exit policy: the process ended inside the try, which never became a success.
+    assert not [r for r in results if r["dag_id"] == "lt_loss"]
+    assert "success" not in task_states(airflow_home, "lt_loss")
     assert not [e for e in events(record_dir) if e["event"] in ("survived", "end")]
     out = proc.output()
-    assert "LeaseLost" in out and "lease 'airflow/lt_loss/job' (token 1) was lost" in out
-    assert "lease 'airflow/lt_loss_check/job' (token 1) was lost" in out
+    assert "LeaseLost" in out and "lease 'airflow/lt_loss_check/job' (token 1) was lost" in out
     assert "SIGTERM: releasing lease airflow/lt_sigterm/job (token 1)" in out
+    assert ("lease airflow/lt_loss/job (token 1) lost: the store refused the renewal" in out
+            and "stopping this process and everything it started (exit status 75)" in out), (
+        proc.tail())
     store.close()
 
 

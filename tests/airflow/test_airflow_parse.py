@@ -24,6 +24,8 @@ def noop() -> None:
 @pytest.mark.parametrize(("kwargs", "named"), [
     ({"on_busy": "wiat"}, "'wiat'"),
     ({"on_lost": "ignore"}, "'ignore'"),
+    ({"on_lost": "interrupt"}, "replaced by 'exit'"),
+    ({"on_lost": "cancel"}, "'exit' or 'check'"),
     ({"lease_ttl": 0}, "ttl"),
     ({"lease_ttl": "60"}, "'60'"),
     ({"lease_key": "has spaces"}, "'has spaces'"),

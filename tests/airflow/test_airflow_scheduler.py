@@ -35,22 +35,6 @@ def metadata_db(server: Any) -> str:
     return f"postgresql+psycopg://{USER}:{PASSWORD}@127.0.0.1:{server.port}/{name}"
 
 
-def create_backfill(cluster: AirflowCluster, dag_id: str, start: str, end: str) -> None:
-    """Airflow refuses a backfill while its SQLite metadata DB is busy (HTTP 503
-    "Database is locked"); a user retries, and so does this, a bounded number
-    of times."""
-    def created() -> bool:
-        try:
-            cluster.backfill(dag_id, start, end)
-        except AssertionError as error:
-            if "Database is locked" in str(error):
-                return False
-            raise
-        return True
-
-    poll(created, "Airflow to accept the backfill", 60.0, 1.0)
-
-
 @pytest.mark.slow
 def test_backfill_and_manual_runs_never_overlap(record_dir: Path, tmp_path: Path,
                                                 postgres_server: Any) -> None:
@@ -67,7 +51,7 @@ def test_backfill_and_manual_runs_never_overlap(record_dir: Path, tmp_path: Path
     try:
         cluster.start()
         cluster.wait_dag("lt_e2e")
-        create_backfill(cluster, "lt_e2e", "2026-01-01T00:00:00Z", "2026-01-03T00:00:00Z")
+        cluster.backfill("lt_e2e", "2026-01-01T00:00:00Z", "2026-01-03T00:00:00Z")
         manual = [cluster.trigger("lt_e2e") for _ in range(2)]
 
         def all_done() -> list[dict[str, Any]] | None:

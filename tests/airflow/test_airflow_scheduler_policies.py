@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from harness import HERE, events
 from scheduler_harness import AirflowCluster, poll
-from test_airflow_scheduler import create_backfill, metadata_db
+from test_airflow_scheduler import metadata_db
 
 RUN_WAIT = 600.0
 POLICIES = ("lt_pol_skip", "lt_pol_wait", "lt_pol_defer")
@@ -49,7 +49,7 @@ def test_skip_wait_and_deferrable_wait_on_the_real_scheduler(
             cluster.wait_dag(dag_id)
         retry_run = cluster.trigger("lt_pol_retry")
         for dag_id in POLICIES:
-            create_backfill(cluster, dag_id, "2026-01-01T00:00:00Z", "2026-01-03T00:00:00Z")
+            cluster.backfill(dag_id, "2026-01-01T00:00:00Z", "2026-01-03T00:00:00Z")
             cluster.trigger(dag_id)
             cluster.trigger(dag_id)
 

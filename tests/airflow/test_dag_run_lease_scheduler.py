@@ -7,9 +7,9 @@ api-server, started once for the module in a temp AIRFLOW_HOME on 127.0.0.1.
   section, tokens are ordered, and DAGs sharing the key skip their whole run
   or fail it, with a log naming the holder; the first run keeps its lease past its ttl
   while its task waits (the keeper renews from the triggerer);
-- the lease broken from outside mid-run: the running task is interrupted, the
-  next does not start, the run ends failed; broken between two tasks: the next
-  task refuses to start;
+- the lease broken from outside mid-run: the running task's process is ended
+  (fail-stop, exit status 75), the next does not start, the run ends failed;
+  broken between two tasks: the next task refuses to start;
 - the worker running a task (and the triggerer) SIGKILLed: after the ttl
   another run takes the lease, and the dead run's teardown leaves it alone;
 - under a pool of one slot the keeper starts before the work tasks;
@@ -195,14 +195,15 @@ def test_lease_broken_mid_run_fails_the_run(cluster: AirflowCluster, records: Pa
     assert cluster.wait_run("rl_broken", run, RUN_WAIT) == "failed"
     states = cluster.task_states("rl_broken", run)
     assert states["extract"] == "success"
-    assert states["build"] == "failed"  # interrupted while it waited at its gate
+    assert states["build"] == "failed"  # its process ended while it waited at its gate
     assert states["swap"] == "upstream_failed"
     assert states["dag_run_lease_keeper"] == "failed"
     assert states["dag_run_lease_release"] == "success"
     assert not started(records, run, "swap")
     assert not any(e["task"] == "build" and e["event"] == "end" for e in run_events(records, run))
     build_log = cluster.task_log("rl_broken", run, "build")
-    assert "LeaseInterrupted" in build_log or "LeaseLost" in build_log  # the core's interrupt
+    assert "stopping this process and everything it started (exit status 75)" in build_log
+    assert not any(e["event"].startswith("swallowed") for e in run_events(records, run))
     keeper_log = cluster.task_log("rl_broken", run, "dag_run_lease_keeper")
     assert "broken from outside by test-operator" in keeper_log
     release_log = cluster.task_log("rl_broken", run, "dag_run_lease_release")

@@ -128,7 +128,8 @@ with DAG(dag_id="rl_between", schedule=None, start_date=datetime(2026, 1, 1),
 
 
 # The guard's timing (run under dag.test(), where no keeper runs): ``hold`` keeps
-# the lease by itself while it runs, and records the moment it is interrupted.
+# the lease by itself while it runs, ticks into ``guard-ticks`` while it works,
+# and writes ``guard-lost`` when the loss is known (fail-stop then ends the process).
 with DAG(dag_id="rl_guard_late", schedule=None, start_date=datetime(2026, 1, 1),
          default_args={"retries": 0}) as guard_late:
     with dag_run_lease(lease_key="rl-guard-late", lease_ttl=3.0, lease_heartbeat=1.0,
@@ -137,15 +138,15 @@ with DAG(dag_id="rl_guard_late", schedule=None, start_date=datetime(2026, 1, 1),
         @task
         def hold(**context: Any) -> None:
             _record(context, "start")
+            context["lease"].on_lost(
+                lambda _lease: (RECORD / "guard-lost").write_text(f"{time.time():.6f}"))
+            ticks = os.open(RECORD / "guard-ticks", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             deadline = time.monotonic() + GATE_WAIT
-            try:
-                while not (RECORD / "go-guard").exists():
-                    if time.monotonic() > deadline:
-                        raise TimeoutError("gate go-guard never opened")
-                    time.sleep(0.02)
-            except BaseException:
-                _record(context, "interrupted")
-                raise
+            while not (RECORD / "go-guard").exists():
+                if time.monotonic() > deadline:
+                    raise TimeoutError("gate go-guard never opened")
+                os.write(ticks, f"{time.time():.6f}\n".encode())
+                time.sleep(0.02)
             _record(context, "end")
 
         hold()

@@ -61,7 +61,7 @@ def sleep_until_lost(**context: Any) -> None:
     record("start", context)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        time.sleep(0.1)  # interrupted by LeaseLost when the lease is broken
+        time.sleep(0.1)  # the process is ended (on_lost="exit") when the lease is broken
     record("survived", context)
 
 
@@ -76,7 +76,7 @@ def check_until_lost(**context: Any) -> None:
 
 def swallow_until_lost(**context: Any) -> None:
     """Job code that handles errors per item: ``except Exception`` must not
-    swallow the lost lease."""
+    keep it working once the lease is lost (fail-stop ends the process)."""
     record("start", context)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
