@@ -48,7 +48,6 @@ from .run_lease_tasks import (
     KeepDagRunLeaseOperator,
     ReleaseDagRunLeaseOperator,
 )
-from .stop import task_stop_hook
 
 log = logging.getLogger("lease_integrations")
 Hook = Callable[..., Any]
@@ -175,7 +174,7 @@ def guard_hooks(acquire_task_id: str, previous_pre: Hook | None,
                 log.error("not starting: the run's lease %s (token %s) is gone: %s", info.key,
                           info.token, lost.reason)
                 raise
-            stack.enter_context(stop_hook(task_stop_hook(context["task"], lease)))
+            stack.enter_context(stop_hook(context["task"].on_kill))
             open_holds.append(stack.pop_all())
         log.info("the run holds lease %s with token %s", info.key, info.token)
         context[CONTEXT_KEY] = info

@@ -23,7 +23,6 @@ from .connections import DEFAULT_CONN_ID, resolve_store_url
 from .meta import task_meta
 from .options import DEFAULT_DEFER_SETTLE, DEFAULT_TTL, LeaseOptions, default_key
 from .signals import release_on_sigterm
-from .stop import task_stop_hook
 
 XCOM_KEY = "lease_token"
 
@@ -224,7 +223,7 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
                 context["ti"].xcom_push(key=XCOM_KEY, value=lease.token)
                 with release_on_sigterm(lambda: lock.release(lease),
                                         f"lease {lease.key} (token {lease.token})"), \
-                        stop_hook(task_stop_hook(self, lease)):
+                        stop_hook(self.on_kill):
                     return super().execute(context)
         except LeaseBusy as busy:
             if entered:

@@ -60,14 +60,18 @@ def _signal(pids: set[int], signum: int) -> None:
             os.kill(pid, signum)
 
 
-def freeze(root: int | None = None) -> set[int]:
+def freeze(root: int | None = None, *, known: set[int] = frozenset()) -> set[int]:  # type: ignore[assignment]
     """SIGSTOP every process below us (or ``root`` and every process below
-    it), walking until no new one shows up; returns the frozen set."""
+    it), walking until no new one shows up; returns the frozen set. ``known``
+    pids found earlier are frozen too, with their trees, if still alive: a
+    stop hook may have ended their parent meanwhile, handing them to init."""
     frozen = set() if root is None else {root}
+    alive = set(_parents())
+    frozen |= known & alive
     _signal(frozen, signal.SIGSTOP)
+    roots = tuple(frozen) if root is not None else (os.getpid(), *frozen)
     for _ in range(50):  # bounded: a tree that outgrows the walk is still ended by SIGKILL
-        new = descendants(*frozen) if root is not None else descendants()
-        new -= frozen
+        new = descendants(*roots, *frozen) - frozen
         if not new:
             break
         _signal(new, signal.SIGSTOP)

@@ -28,6 +28,7 @@ pause) cannot act until it resumes: the fencing token covers that case.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import os
@@ -40,7 +41,7 @@ from concurrent.futures import Future
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, NoReturn
 
-from .descendants import end_frozen, freeze
+from .descendants import descendants, end_frozen, freeze
 
 if TYPE_CHECKING:
     from .lease import Lease, LostCallback
@@ -82,6 +83,11 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
         threading.Event().wait()  # another loss is ending the process already
     budget = STOP_SHARE * lease.margin
     deadline = time.monotonic() + max(0.0, budget - lease.grace)
+    # The job's threads run on meanwhile: one that ends the interpreter (the
+    # block's LeaseLost escaping main, or a stop hook that made execute
+    # return) must wait for the ladder, which ends the process itself.
+    atexit.register(threading.Event().wait)
+    started_with = descendants()  # a stop hook may orphan some (BashOperator's on_kill)
     try:
         log.critical(
             "lease %s (token %s) lost: %s; stopping this process and everything it started "
@@ -101,7 +107,7 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
         for hook in hooks:
             _bounded(hook, deadline, f"stop hook {hook!r}")
         _bounded(lambda: _release_others(lease), deadline, "releasing the other leases")
-        frozen = freeze()  # no descendant works from here on
+        frozen = freeze(known=started_with)  # no descendant works from here on
         _flush()
         end_frozen(frozen, lease.grace, after_we_exit=True)
     finally:

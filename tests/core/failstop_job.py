@@ -12,7 +12,11 @@ Shapes:
 - ``child``: the block starts a child in its own session (which starts a
   grandchild) and waits for it;
 - ``main-sleep`` / ``socket-read``: the main thread in a sleep or a read;
-- ``mixed``: two worker threads and the child (and grandchild) at once.
+- ``mixed``: two worker threads and the child (and grandchild) at once;
+- ``hook-ends-child``: as ``child``, with a stop hook that ends the child (as
+  a ``BashOperator``'s ``on_kill`` ends its command): the waiting main thread
+  wakes and the block ends while the ladder runs, and the grandchild, in a
+  session of its own, is orphaned to init before the tree is frozen.
 Prints ``held TOKEN PID...`` (the job's descendants) once all work runs.
 """
 
@@ -29,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lease_integrations import Lease, LeaseLock, connect
+from lease_integrations.core import stop_hook
 
 #: A child process that ticks, and starts a grandchild that ticks too.
 TICKER = """
@@ -65,6 +70,8 @@ def main() -> None:
         (args.dir / "lost").write_text(f"{time.time():.6f}")
 
     def started(lease: Lease, pids: list[int]) -> None:
+        global STARTED
+        STARTED = True
         print("held", lease.token, *pids, flush=True)
         if args.self_break:
             threading.Thread(target=lambda: store.force_release(args.key, "test"),
@@ -97,7 +104,7 @@ def main() -> None:
                         pool.submit(work, f"thread{i}")
                     working.wait()
                     started(lease, [])
-            elif args.shape in ("child", "mixed"):
+            elif args.shape in ("child", "mixed", "hook-ends-child"):
                 pool = ThreadPoolExecutor(2)
                 if args.shape == "mixed":
                     for i in range(2):
@@ -109,7 +116,11 @@ def main() -> None:
                     time.sleep(0.01)  # until the child and the grandchild both tick
                 from lease_integrations.core.descendants import descendants
                 started(lease, sorted(descendants()))
-                child.wait()
+                if args.shape == "hook-ends-child":
+                    with stop_hook(child.kill):
+                        child.wait()
+                else:
+                    child.wait()
             elif args.shape == "main-sleep":
                 started(lease, [])
                 time.sleep(30)
@@ -122,10 +133,15 @@ def main() -> None:
     sys.exit(0)
 
 
+STARTED = False
+
 if __name__ == "__main__":
     try:
         main()
-    except BaseException:  # a broken job must not hang on its work threads
+    except BaseException:
+        if STARTED:  # the block ended while fail-stop ran: the interpreter's own exit path
+            raise
+        # A job broken before it started must not hang on its work threads.
         import traceback
 
         traceback.print_exc()
