@@ -15,9 +15,9 @@ no read selects. A database made by an older version (no ``secret`` column,
 no counter table, a history table with AUTOINCREMENT) is migrated on
 connect, its counters and events carried over.
 
-An acquire is one write transaction (``BEGIN IMMEDIATE``, the lease upsert,
-the counter, the event, ``COMMIT``) that appends four pages to the WAL; a
-release writes the event and the row: three pages.
+An acquire is one write transaction (``BEGIN IMMEDIATE``, a read of the row
+as it was, the lease upsert, the counter, the event, ``COMMIT``) that appends
+four pages to the WAL; a release writes the event and the row: three pages.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from ..core.errors import ConfigurationError, CorruptRecord, StoreUnavailable
 from ..core.record import AcquireResult, LeaseRecord, meta_from_json, parse_field
 from ..core.store import (
     HISTORY_LIMIT,
+    TOOK_OVER,
     EventKind,
     LeaseEvent,
     LeaseStore,
@@ -302,19 +303,28 @@ class SqliteStore(LeaseStore):
                  meta: Mapping[str, Any]) -> AcquireResult:
         meta_json = json.dumps(dict(meta), default=str)
         with self._transaction() as conn:
+            # The row before the write, inside the same BEGIN IMMEDIATE (no
+            # other writer in between): a grant over a row that still names a
+            # holder took over an expired lease, and the event says so; a busy
+            # answer is this row. In-process, no round trip: a primary-key read
+            # is a fraction of the commit's cost.
+            before = conn.execute(SELECT + " WHERE key = ?", (key,)).fetchone()
             row = conn.execute(ACQUIRE, (key, holder, secret, ttl, meta_json)).fetchone()
             if row is not None:
                 token, acquired, expires = row
+                detail = '{"meta": ' + meta_json
+                if before is not None and before[1] is not None:
+                    detail += f', "{TOOK_OVER}": ' + json.dumps(
+                        {"token": before[2], "holder": before[1]}, default=str)
                 conn.execute(COUNT, (key, token))
-                conn.execute(ACQUIRED, (key, token, holder, acquired, '{"meta": ' + meta_json + "}"))
+                conn.execute(ACQUIRED, (key, token, holder, acquired, detail + "}"))
                 if token % TRIM_EVERY == 0:
                     conn.execute(TRIM_EVENTS, {"key": key, "keep": HISTORY_LIMIT})
                 now = _dt(acquired)
                 return AcquireResult(True, LeaseRecord(key, holder, token, now, now, _dt(expires),
                                                        now, json.loads(meta_json)))
             # Busy: a row that cannot be parsed raises CorruptRecord here.
-            current = conn.execute(SELECT + " WHERE key = ?", (key,)).fetchone()
-            return AcquireResult(False, _record(current) if current else None)
+            return AcquireResult(False, _record(before) if before else None)
 
     def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
         with self._transaction() as conn:
