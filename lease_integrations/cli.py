@@ -29,6 +29,8 @@ Exit codes:
     6  the key's stored record cannot be parsed (show / history / break); what
        can be read is still printed. ``list`` shows such keys as UNREADABLE
        beside the others and still exits 0.
+  141  stdout was closed before the output ended (``leasectl list | head -1``):
+       nothing on stderr, as any Unix tool that SIGPIPE ends (128 + 13)
 
 Output is safe to read on a terminal: every printed field has its control
 characters escaped (``\n``, ``\x1b``), and ``--json`` is strict JSON.
@@ -37,6 +39,7 @@ characters escaped (``\n``, ``\x1b``), and ``--json`` is strict JSON.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -243,9 +246,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         store = open_store(args.url, args.airflow_conn, args.prefect_block)
         try:
             code: int = args.run(store, args)
+            sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         finally:
             store.close()
         return code
+    except BrokenPipeError:
+        return _closed_pipe()
     except exits.CommandFailed as exc:
         _error(str(exc))
         return exc.code
@@ -267,6 +273,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(redact(traceback.format_exc()), file=sys.stderr, end="")
         _error(f"unexpected error ({type(exc).__name__}): {exc}")
         return exits.INTERNAL
+
+
+def _closed_pipe() -> int:
+    """The reader stopped reading (``leasectl list | head -1``): end quietly
+    as Unix tools do when SIGPIPE ends them, with status 128 + SIGPIPE. The
+    output still buffered is dropped (stdout now points at /dev/null), so
+    the interpreter's final flush cannot fail again."""
+    from .console import exits
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file: nothing to flush
+        pass
+    finally:
+        os.close(devnull)
+    return exits.CLOSED_PIPE
 
 
 def _error(message: str) -> None:

@@ -12,6 +12,9 @@ INTERNAL = 5
 #: ``show`` of a key whose stored record cannot be parsed (what can be read
 #: is still printed); ``list`` shows such keys as UNREADABLE and exits 0.
 UNREADABLE = 6
+#: The reader closed stdout early (``| head -1``): 128 + SIGPIPE, as a Unix
+#: tool that SIGPIPE ends, and nothing on stderr.
+CLOSED_PIPE = 141
 
 
 class CommandFailed(Exception):
