@@ -188,9 +188,18 @@ def airflow_connection_url(conn_id: str) -> str | None:
     if not conn_id.strip():
         raise ConfigurationError(f"--airflow-conn needs a connection id, got {conn_id!r}")
     try:
-        from .airflow.connections import resolve_store_url
-
+        from .airflow.connections import NoSuchConnection, resolve_store_url
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"--airflow-conn {conn_id!r} needs Airflow installed in this environment "
+            f"(pip install 'lease_integrations[airflow]'): {exc}") from None
+    try:
         return resolve_store_url(conn_id)
+    except NoSuchConnection:
+        raise ConfigurationError(
+            f"--airflow-conn {conn_id!r}: no such Airflow connection in this Airflow "
+            f"(AIRFLOW_HOME, AIRFLOW_CONN_* variables, secrets backend); check the id, or "
+            f"leave --airflow-conn out to use --url or $LEASE_STORE_URL") from None
     except ImportError as exc:
         raise ConfigurationError(
             f"--airflow-conn {conn_id!r} needs Airflow installed in this environment "
@@ -218,7 +227,7 @@ def prefect_block_url(name: str) -> str:
 
 def open_store(url: str | None, airflow_conn: str | None = None,
                prefect_block: str | None = None) -> LeaseStore:
-    from .stores import connect
+    from .stores import connect, naming_the_variable
 
     given = [flag for flag, value in (("--url", url), ("--airflow-conn", airflow_conn),
                                       ("--prefect-block", prefect_block)) if value is not None]
@@ -228,13 +237,14 @@ def open_store(url: str | None, airflow_conn: str | None = None,
         url = airflow_connection_url(airflow_conn)
     if prefect_block is not None:
         url = prefect_block_url(prefect_block)
-    resolved = resolve_url(url)
-    missing = _missing_sqlite_file(resolved)
-    if missing is not None:
-        raise StoreUnavailable(
-            f"no SQLite lease store at {str(missing)!r}: check the URL (nothing has taken a "
-            "lease there yet, or it is another path)", url=mask_url(resolved))
-    return connect(resolved)
+    with naming_the_variable(url):
+        resolved = resolve_url(url)
+        missing = _missing_sqlite_file(resolved)
+        if missing is not None:
+            raise StoreUnavailable(
+                f"no SQLite lease store at {str(missing)!r}: check the URL (nothing has taken a "
+                "lease there yet, or it is another path)", url=mask_url(resolved))
+        return connect(resolved)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -174,7 +174,12 @@ def _int(value: Any) -> int:
 def path_from_url(url: str) -> Path:
     """The database file a ``sqlite:`` URL names: ``sqlite:///abs/path.db`` and
     SQLAlchemy's ``sqlite:////abs/path.db`` are absolute, ``sqlite:rel.db`` is
-    relative to the working directory."""
+    relative to the working directory.
+
+    ``sqlite:///name.db`` (three slashes, one name) is refused: SQLAlchemy
+    reads it as ``name.db`` in the working directory, this library as
+    ``/name.db`` in the filesystem root, so whoever wrote it most likely
+    meant the other one. A file in the root is still ``sqlite:////name.db``."""
     parts = parse_url(url)
     raw = (parts.netloc + parts.path) if parts.netloc not in ("", "localhost") else parts.path
     if not raw:
@@ -183,8 +188,18 @@ def path_from_url(url: str) -> Path:
             "or sqlite:relative/path.db"
         )
     if raw.startswith("//"):
-        raw = "/" + raw.lstrip("/")
-    return Path(raw)
+        return Path("/" + raw.lstrip("/"))
+    path = Path(raw)
+    if path.is_absolute() and path.parent == Path(path.anchor) and parts.netloc == "":
+        name = path.name
+        raise ConfigurationError(
+            f"SQLite URL {url!r} names {str(path)!r}, a file in the filesystem root, which is "
+            f"rarely meant (SQLAlchemy reads three slashes as relative). For {name!r} in the "
+            f"working directory write sqlite:{name}; for an absolute path "
+            f"sqlite:///dir/{name} (or sqlite:////dir/{name}); for the root itself "
+            f"sqlite:////{name}"
+        )
+    return path
 
 
 class SqliteStore(LeaseStore):
