@@ -74,7 +74,8 @@ def test_three_slashes_and_one_name_is_refused_not_written_at_the_root(
     # The working-directory form and a deeper absolute path work as documented.
     store = connect(f"sqlite:{name}")
     try:
-        assert LeaseLock(store, "k", ttl=5).acquire(wait=0).token >= 1
+        with LeaseLock(store, "k", ttl=5).hold() as lease:  # released before the cwd changes back
+            assert lease.token >= 1
     finally:
         store.close()
     assert (tmp_path / name).exists()
