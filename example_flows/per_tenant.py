@@ -1,10 +1,18 @@
-"""One lease per tenant: tenants run side by side, a tenant never twice.
+"""One lease per tenant: different tenants never block each other, a tenant
+never runs twice at once.
 
 ``key="billing-{tenant}"`` is filled from the flow's parameters for each run
-(defaults included), so ``tenant_billing(tenant="acme")`` and
-``tenant_billing(tenant="globex")`` run together while a second
+(defaults included), so a ``tenant_billing(tenant="acme")`` run and a
+``tenant_billing(tenant="globex")`` run started at the same time (two
+deployment runs, two processes) both proceed, while a second
 ``tenant="acme"`` run waits for the first (``on_busy="wait"``) for up to
 ten minutes, then fails naming the holder.
+
+``bill_everyone`` below is a plain synchronous flow, so it calls its
+subflows one after the other: here the tenants are billed in turn, each
+under its own lease. To bill them concurrently from one parent, make both
+flows ``async def`` and ``await asyncio.gather(...)`` the subflow calls
+(Prefect runs sync subflows sequentially).
 """
 
 from __future__ import annotations
@@ -22,7 +30,8 @@ def tenant_billing(tenant: str, month: str = "current") -> str:
 
 @flow
 def bill_everyone(tenants: list[str]) -> list[str]:
-    """Fan out: each subflow run takes its own tenant's lease."""
+    """Each tenant in turn (a sync flow runs its subflows one after the
+    other), each subflow run under its own tenant's lease."""
     return [tenant_billing(tenant=t) for t in tenants]
 
 

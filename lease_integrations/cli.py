@@ -33,6 +33,8 @@ Exit codes:
        can be read is still printed. ``list`` shows such keys as UNREADABLE
        beside the others and still exits 0.
     7  ``check`` found a violation in the key's history (the report names it)
+  141  stdout was closed before the output ended (``leasectl list | head -1``):
+       nothing on stderr, as any Unix tool that SIGPIPE ends (128 + 13)
 
 Output is safe to read on a terminal: every printed field has its control
 characters escaped (``\n``, ``\x1b``), and ``--json`` is strict JSON.
@@ -41,6 +43,7 @@ characters escaped (``\n``, ``\x1b``), and ``--json`` is strict JSON.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -212,9 +215,18 @@ def airflow_connection_url(conn_id: str) -> str | None:
     if not conn_id.strip():
         raise ConfigurationError(f"--airflow-conn needs a connection id, got {conn_id!r}")
     try:
-        from .airflow.connections import resolve_store_url
-
+        from .airflow.connections import NoSuchConnection, resolve_store_url
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"--airflow-conn {conn_id!r} needs Airflow installed in this environment "
+            f"(pip install 'lease_integrations[airflow]'): {exc}") from None
+    try:
         return resolve_store_url(conn_id)
+    except NoSuchConnection:
+        raise ConfigurationError(
+            f"--airflow-conn {conn_id!r}: no such Airflow connection in this Airflow "
+            f"(AIRFLOW_HOME, AIRFLOW_CONN_* variables, secrets backend); check the id, or "
+            f"leave --airflow-conn out to use --url or $LEASE_STORE_URL") from None
     except ImportError as exc:
         raise ConfigurationError(
             f"--airflow-conn {conn_id!r} needs Airflow installed in this environment "
@@ -242,7 +254,7 @@ def prefect_block_url(name: str) -> str:
 
 def open_store(url: str | None, airflow_conn: str | None = None,
                prefect_block: str | None = None) -> LeaseStore:
-    from .stores import connect
+    from .stores import connect, naming_the_variable
 
     given = [flag for flag, value in (("--url", url), ("--airflow-conn", airflow_conn),
                                       ("--prefect-block", prefect_block)) if value is not None]
@@ -252,13 +264,14 @@ def open_store(url: str | None, airflow_conn: str | None = None,
         url = airflow_connection_url(airflow_conn)
     if prefect_block is not None:
         url = prefect_block_url(prefect_block)
-    resolved = resolve_url(url)
-    missing = _missing_sqlite_file(resolved)
-    if missing is not None:
-        raise StoreUnavailable(
-            f"no SQLite lease store at {str(missing)!r}: check the URL (nothing has taken a "
-            "lease there yet, or it is another path)", url=mask_url(resolved))
-    return connect(resolved)
+    with naming_the_variable(url):
+        resolved = resolve_url(url)
+        missing = _missing_sqlite_file(resolved)
+        if missing is not None:
+            raise StoreUnavailable(
+                f"no SQLite lease store at {str(missing)!r}: check the URL (nothing has taken a "
+                "lease there yet, or it is another path)", url=mask_url(resolved))
+        return connect(resolved)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -270,9 +283,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         store = open_store(args.url, args.airflow_conn, args.prefect_block)
         try:
             code: int = args.run(store, args)
+            sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         finally:
             store.close()
         return code
+    except BrokenPipeError:
+        return _closed_pipe()
     except exits.CommandFailed as exc:
         _error(str(exc))
         return exc.code
@@ -294,6 +310,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(redact(traceback.format_exc()), file=sys.stderr, end="")
         _error(f"unexpected error ({type(exc).__name__}): {exc}")
         return exits.INTERNAL
+
+
+def _closed_pipe() -> int:
+    """The reader stopped reading (``leasectl list | head -1``): end quietly
+    as Unix tools do when SIGPIPE ends them, with status 128 + SIGPIPE. The
+    output still buffered is dropped (stdout now points at /dev/null), so
+    the interpreter's final flush cannot fail again."""
+    from .console import exits
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file: nothing to flush
+        pass
+    finally:
+        os.close(devnull)
+    return exits.CLOSED_PIPE
 
 
 def _error(message: str) -> None:

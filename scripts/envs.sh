@@ -29,7 +29,7 @@ _ensure_extra_env() {  # name python extras [more requirements...]
   shift 3
   want="$dir-$(_stamp)"
   if [ -f "$dir/.stamp" ] && [ "$(cat "$dir/.stamp")" = "$want" ]; then return; fi
-  echo "==> building $dir ($extras $*)" >&2
+  echo "==> building $dir ($extras${*:+ $*})" >&2
   [ -x "$dir/bin/python" ] || _uv venv -q --python "$py" "$dir"
   _uv pip install -q --python "$dir/bin/python" -e ".[$extras]" "$@"
   echo "$want" > "$dir/.stamp"

@@ -173,7 +173,20 @@ def _check_default(conn_id: str) -> None:
 
         refuse_per_host_default(conn_id)
         return
-    raise ConfigurationError(
-        f"lease_conn_id={conn_id!r}: no such Airflow connection (define it, or leave "
-        f"lease_conn_id at {DEFAULT_CONN_ID!r} to use $LEASE_STORE_URL or the embedded store)"
-    )
+    raise NoSuchConnection(conn_id)
+
+
+class NoSuchConnection(ConfigurationError):
+    """``lease_conn_id`` names an Airflow connection that is not defined. The
+    message names the operator's parameter; ``leasectl --airflow-conn``
+    catches it and names its flag instead (``conn_id``)."""
+
+    def __init__(self, conn_id: str) -> None:
+        super().__init__(
+            f"lease_conn_id={conn_id!r}: no such Airflow connection (define it, or leave "
+            f"lease_conn_id at {DEFAULT_CONN_ID!r} to use $LEASE_STORE_URL or the embedded "
+            "store)")
+        self.conn_id = conn_id
+
+    def __reduce__(self) -> tuple[type[NoSuchConnection], tuple[str]]:
+        return type(self), (self.conn_id,)  # Airflow pickles a failed try's exception

@@ -3,7 +3,9 @@
 It adopts the lease (``LeaseLock.adopt``), so the core heartbeat renews it
 (one scheduler and renewal pool per process, shared by every keeper) under
 the core's trust window and loss rules; the trigger only waits on the loss
-flag and reads its run's state now and then. Its own store and API calls run
+flag and reads its run's state now and then. The run's own release (by
+the teardown, another process) is recognised as a normal end, not reported
+as a loss (``KeeperStore``). Its own store and API calls run
 on this module's bounded pool, never on the loop's default executor, and
 keepers of one store share one client. It ends the keeper task itself:
 success once the run gave the lease back or is over (then it releases the
@@ -14,16 +16,18 @@ lease itself if the run still holds it), failure once the lease is lost. See
 from __future__ import annotations
 
 import asyncio
+import builtins
 import functools
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
-from lease_integrations import Lease, LeaseLost, LeaseStore, connect
+from lease_integrations import Lease, LeaseLost, LeaseRecord, LeaseStore, connect
+from lease_integrations.core import AcquireResult, LeaseEvent
 
 from .connections import resolve_store_url_async
 from .run_lease import DagRunLease, release_run_lease
@@ -39,19 +43,110 @@ HISTORY_DEPTH = 50
 FINISHED = {"success", "failed", "skipped", "upstream_failed", "removed"}
 
 _pool = ThreadPoolExecutor(KEEPER_WORKERS, thread_name_prefix="lease-keeper")
-_stores: dict[str, tuple[LeaseStore, int]] = {}
+_stores: dict[str, tuple[KeeperStore, int]] = {}
 _stores_lock = threading.Lock()
+
+
+class KeeperStore(LeaseStore):
+    """The keepers' view of one store: every call passes straight through,
+    except that a renewal the store refuses because the run's own teardown
+    released the lease is recognised as the run's normal end.
+
+    The teardown (a worker process) and the keeper (the triggerer) are two
+    processes, so the keeper's next renewal after the teardown's release is
+    always refused. Left to the core that refusal is a loss: a WARNING and a
+    ``lost`` event after the ``released`` one, on every successful run. Here,
+    on a refusal, the key's history is read (only then: a refusal is rare);
+    if it shows this token released, the keeper is told and stops renewing
+    (``LeaseLock.forget``) before the core settles the refusal, which it then
+    drops quietly, as for any lease no longer renewed. A break, an expiry or
+    a takeover still reads as the loss it is. One per store URL, shared by
+    its keepers, so the heartbeat still batches their renewals."""
+
+    def __init__(self, inner: LeaseStore) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.notifies = inner.notifies
+        self.batch_renewals = inner.batch_renewals
+        self._ends: dict[tuple[str, int], Callable[[], None]] = {}
+        self._ends_lock = threading.Lock()
+
+    def on_run_release(self, key: str, token: int, end: Callable[[], None]) -> None:
+        """Call ``end`` (it must stop renewing the lease) when a renewal of
+        ``token`` is refused because the run released it."""
+        with self._ends_lock:
+            self._ends[(key, token)] = end
+
+    def forget_run(self, key: str, token: int) -> None:
+        with self._ends_lock:
+            self._ends.pop((key, token), None)
+
+    def _refused(self, key: str, token: int) -> None:
+        with self._ends_lock:
+            end = self._ends.get((key, token))
+        if end is None:
+            return
+        try:
+            released = any(e.token == token and e.kind == "released"
+                           for e in self.inner.history(key, limit=HISTORY_DEPTH))
+        except Exception:  # unreadable: the refusal stands as a loss
+            return
+        if released:
+            self.forget_run(key, token)
+            end()
+
+    def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
+        renewed = self.inner.renew(key, secret, token, ttl)
+        if not renewed:
+            self._refused(key, token)
+        return renewed
+
+    def renew_many(self, items: Sequence[tuple[str, str, int, float]]) -> Sequence[bool | None]:
+        outcomes = self.inner.renew_many(items)
+        for (key, _secret, token, _ttl), outcome in zip(items, outcomes):
+            if outcome is False:
+                self._refused(key, token)
+        return outcomes
+
+    def acquire(self, key: str, holder: str, secret: str, ttl: float,
+                meta: Mapping[str, Any]) -> AcquireResult:
+        return self.inner.acquire(key, holder, secret, ttl, meta)
+
+    def release(self, key: str, secret: str, token: int) -> bool:
+        return self.inner.release(key, secret, token)
+
+    def get(self, key: str) -> LeaseRecord | None:
+        return self.inner.get(key)
+
+    def list(self, prefix: str = "") -> builtins.list[LeaseRecord]:
+        return self.inner.list(prefix)
+
+    def force_release(self, key: str, by: str, token: int | None = None) -> LeaseRecord | None:
+        return self.inner.force_release(key, by, token)
+
+    def history(self, key: str, limit: int = 50) -> builtins.list[LeaseEvent]:
+        return self.inner.history(key, limit)
+
+    def record_event(self, key: str, kind: Any, holder: str | None, token: int,
+                     detail: Mapping[str, Any] | None = None) -> None:
+        self.inner.record_event(key, kind, holder, token, detail)
+
+    def wait_for_release(self, key: str, timeout: float) -> bool:
+        return self.inner.wait_for_release(key, timeout)
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 async def _call(fn: Callable[..., T], *args: Any) -> T:
     return await asyncio.get_running_loop().run_in_executor(_pool, functools.partial(fn, *args))
 
 
-def _open_store(url: str | None) -> LeaseStore:
+def _open_store(url: str | None) -> KeeperStore:
     with _stores_lock:
         store, users = _stores.get(url or "", (None, 0))
         if store is None:
-            store = connect(url)
+            store = KeeperStore(connect(url))
         _stores[url or ""] = (store, users + 1)
         return store
 
@@ -110,7 +205,7 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
         if await _call(self._run_is_over, info):
             self.log.info(await _call(release_run_lease, info))
 
-    async def _keep(self, info: DagRunLease, store: LeaseStore) -> tuple[str, str]:
+    async def _keep(self, info: DagRunLease, store: KeeperStore) -> tuple[str, str]:
         lock = info.lock(store)
         # The acquire task took it at most a ttl ago: a store down until then has lost it.
         trusted_until = time.monotonic() + lock.ttl - lock.margin
@@ -131,6 +226,12 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
             loop.call_soon_threadsafe(lost.set)
 
         lease.on_lost(wake)
+
+        def run_released() -> None:  # on a renewal thread, before the refusal is settled
+            lock.forget(lease)
+            loop.call_soon_threadsafe(lost.set)
+
+        store.on_run_release(info.key, info.token, run_released)
         self.log.info("keeping run lease %s (token %s) every %.1f s", info.key, info.token,
                       lock.heartbeat)
         # Each look costs the API server a request: no more often than every 5 s
@@ -149,6 +250,7 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
                 if over is None:  # no supervisor to ask (not in a triggerer): stop asking
                     interval = lock.ttl
         finally:
+            store.forget_run(info.key, info.token)
             lock.forget(lease)  # stop renewing, never release here: that is decided above
         return await self._after_loss(store, info, lease.lost_reason or "")
 

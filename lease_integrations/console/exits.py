@@ -14,6 +14,9 @@ INTERNAL = 5
 UNREADABLE = 6
 #: ``check`` found a violation of a safety rule in the key's history.
 VIOLATION = 7
+#: The reader closed stdout early (``| head -1``): 128 + SIGPIPE, as a Unix
+#: tool that SIGPIPE ends, and nothing on stderr.
+CLOSED_PIPE = 141
 
 
 class CommandFailed(Exception):

@@ -22,10 +22,11 @@ from .render import (
     record_json,
     short_holder,
     span,
+    took_over,
     unreadable_json,
 )
 
-MARKS = {"acquired": "+", "released": "-", "broken": "!", "lost": "x"}
+MARKS = {"acquired": "+", "released": "-", "broken": "!", "lost": "x", "expired": "~"}
 HEADERS = ("AT (UTC)", "EVENT", "TOKEN", "HOLDER", "DETAIL")
 
 
@@ -81,6 +82,15 @@ def timeline(events: Sequence[LeaseEvent]) -> list[str]:
         start = granted.get(event.token)
         held = f", held {span((at - start).total_seconds())}" if start else ""
         if event.kind == "acquired":
+            taken = took_over(event)
+            if taken is not None:  # the old lease ended here: it expired while held
+                old, old_holder = taken
+                began = granted.get(old) if old is not None else None
+                was = f", held {span((at - began).total_seconds())}" if began else ""
+                lines.append(f"{at.strftime('%H:%M:%S.%f')[:-3]}  "
+                             f"#{old if old is not None else '?':<4} {MARKS['expired']} "
+                             f"EXPIRED: {short_holder(old_holder)} never released{was}; "
+                             f"taken over by #{event.token}")
             granted[event.token] = at
             about = meta_summary(event.detail.get("meta") or {})
             text = f"granted to {who}" + (f" ({about})" if about else "")

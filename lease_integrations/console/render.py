@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..core.record import LeaseRecord
-from ..core.store import LeaseEvent
+from ..core.store import TOOK_OVER, LeaseEvent
 from ..core.text import printable
 
 #: The random suffix of a holder id (see ``new_holder_id``): dropped in the
@@ -149,10 +149,32 @@ def record_json(record: LeaseRecord) -> dict[str, Any]:
     }
 
 
+def took_over(event: LeaseEvent) -> tuple[int | None, str | None] | None:
+    """For an ``acquired`` event that took over a lease which expired while
+    held (its holder never released it): that lease's token and holder."""
+    taken = event.detail.get(TOOK_OVER) if event.kind == "acquired" else None
+    if not isinstance(taken, dict):
+        return None
+    token, holder = taken.get("token"), taken.get("holder")
+    return (token if isinstance(token, int) else None,
+            holder if isinstance(holder, str) else None)
+
+
+def took_over_text(event: LeaseEvent) -> str:
+    """``took over #7 of vm:812 (expired, never released)``, or ''."""
+    taken = took_over(event)
+    if taken is None:
+        return ""
+    token, holder = taken
+    return (f"took over #{token if token is not None else '?'} of {holder or '?'} "
+            "(expired, never released)")
+
+
 def event_detail(event: LeaseEvent) -> str:
     detail = event.detail
     if event.kind == "acquired":
-        return meta_summary(detail.get("meta") or {})
+        parts = [took_over_text(event), meta_summary(detail.get("meta") or {})]
+        return "; ".join(p for p in parts if p)
     if event.kind == "broken":
         return f"by={detail.get('by', '?')}"
     if event.kind == "lost":

@@ -68,7 +68,8 @@ def parse_url(url: str) -> SplitResult:
     if not parts.scheme:
         raise ConfigurationError(
             f"store URL {mask_url(url)!r} has no scheme; use memory://, sqlite:///path, "
-            "redis://, rediss://, postgresql:// or mongodb://"
+            "redis://, rediss://, redis+cluster://, redis+sentinel:// (rediss+ for TLS), "
+            "postgresql://, mongodb:// or mongodb+srv://"
         )
     return parts
 

@@ -27,6 +27,14 @@ EventKind = Literal["acquired", "released", "broken", "lost"]
 #: One renewal of a batch: (key, secret, token, ttl).
 RenewItem = tuple[str, str, int, float]
 
+#: The ``acquired`` event's detail key naming the lease an acquire took over
+#: because it had expired while still held (its holder never released it: a
+#: crash, a freeze, a lost network): ``{"token": <old token>, "holder": <old
+#: public holder>}``. Absent when the key was free (released, broken, new).
+#: Every store writes it in the acquire's own atomic step, so a takeover is
+#: never missing from the history and never recorded without its grant.
+TOOK_OVER = "took_over"
+
 #: How many history events a store keeps per key before trimming the oldest.
 HISTORY_LIMIT = 100
 
@@ -83,6 +91,11 @@ class LeaseStore(ABC):
         token is greater than every token the key was ever granted (see
         docs/concepts/tokens-and-identity.md for each store's mechanism). On
         busy, returns the current record.
+
+        The ``acquired`` event it records carries ``detail["meta"]`` and, when
+        the grant took over a lease that expired while held, ``detail[TOOK_OVER]``
+        naming the token and holder it replaced (written by the same atomic
+        step, at no extra round trip).
 
         ``holder`` is the public name (shown to everyone); ``secret`` is the
         owner secret that renew and release must present. The store keeps the

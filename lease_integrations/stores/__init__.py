@@ -7,9 +7,12 @@ the embedded store need no third-party package.
 from __future__ import annotations
 
 import importlib
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from ..core.config import check_credentials, mask_url, parse_url, resolve_url
+from ..core.config import ENV_URL, check_credentials, mask_url, parse_url, resolve_url
 from ..core.errors import ConfigurationError
 from ..core.store import LeaseStore
 
@@ -52,18 +55,42 @@ def _scheme(url: str) -> str:
     return parse_url(url).scheme.lower()
 
 
-def check_url(url: str) -> str:
+KNOWN = ", ".join(f"{s}://" for s in STORES)
+
+
+@contextmanager
+def naming_the_variable(url: object) -> Iterator[None]:
+    """A URL that came from ``$LEASE_STORE_URL`` (no URL given): its errors
+    say so, since the caller wrote no URL and would look for one in vain."""
+    if url is not None or not os.environ.get(ENV_URL, "").strip():
+        yield
+        return
+    try:
+        yield
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"${ENV_URL} (the store URL when none is given): {exc}") \
+            from None
+
+
+def check_url(url: str | None) -> str:
     """Check a store URL's shape without connecting: a scheme we know and a
     parseable port. For checks at DAG-parse or decoration time, where
     connecting would be too early. Returns the URL, stripped."""
-    resolved = resolve_url(url)
-    scheme = _scheme(resolved)
-    if scheme not in STORES:
-        known = ", ".join(f"{s}://" for s in STORES)
-        raise ConfigurationError(
-            f"unknown store scheme {scheme!r} in URL {mask_url(resolved)!r}; known: {known}"
-        )
-    return resolved
+    with naming_the_variable(url):
+        resolved = resolve_url(url)
+        try:
+            scheme = _scheme(resolved)
+        except ConfigurationError as exc:
+            if "has no scheme" not in str(exc):
+                raise
+            raise ConfigurationError(
+                f"store URL {mask_url(resolved)!r} has no scheme; known: {KNOWN} "
+                "(sqlite:///absolute/path.db or sqlite:relative/path.db)") from None
+        if scheme not in STORES:
+            raise ConfigurationError(
+                f"unknown store scheme {scheme!r} in URL {mask_url(resolved)!r}; known: {KNOWN}"
+            )
+        return resolved
 
 
 def connect(url: str | None = None, **options: Any) -> LeaseStore:
@@ -81,20 +108,21 @@ def connect(url: str | None = None, **options: Any) -> LeaseStore:
         from .postgres import PostgresStore
 
         return PostgresStore.from_engine(url, **options)
-    resolved = check_url(resolve_url(url))
-    scheme = _scheme(resolved)
-    module_name, class_name = STORES[scheme].split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        extra = EXTRAS.get(scheme, scheme)
-        raise ConfigurationError(
-            f"the {scheme}:// store needs an extra package: pip install "
-            f"'lease_integrations[{extra}]' ({exc})"
-        ) from None
-    store_class = getattr(module, class_name)
-    store: LeaseStore = store_class.from_url(resolved, **options)
-    return store
+    with naming_the_variable(url):
+        resolved = check_url(resolve_url(url))
+        scheme = _scheme(resolved)
+        module_name, class_name = STORES[scheme].split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            extra = EXTRAS.get(scheme, scheme)
+            raise ConfigurationError(
+                f"the {scheme}:// store needs an extra package: pip install "
+                f"'lease_integrations[{extra}]' ({exc})"
+            ) from None
+        store_class = getattr(module, class_name)
+        store: LeaseStore = store_class.from_url(resolved, **options)
+        return store
 
 
-__all__ = ["STORES", "check_url", "connect"]
+__all__ = ["STORES", "check_url", "connect", "naming_the_variable"]

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from ..core.config import parse_url, query_options
 from ..core.errors import ConfigurationError
 from ..core.record import AcquireResult, LeaseRecord
-from ..core.store import HISTORY_LIMIT, EventKind, LeaseEvent, LeaseStore, RecordList
+from ..core.store import HISTORY_LIMIT, TOOK_OVER, EventKind, LeaseEvent, LeaseStore, RecordList
 
 
 @dataclass
@@ -81,12 +81,15 @@ class MemoryStore(LeaseStore):
                 return AcquireResult(False, self._record(key, row, now, mono))
             if row is None:
                 row = self._rows[key] = _Row(None, None, 0, now, now, mono, {})
+            detail: dict[str, Any] = {"meta": dict(meta)}
+            if row.holder is not None:  # held but expired: an expiry takeover
+                detail[TOOK_OVER] = {"token": row.token, "holder": row.holder}
             token = self._tokens[key] = max(self._tokens.get(key, 0), row.token) + 1
             row.holder, row.secret, row.token = holder, secret, token
             row.acquired_at = row.renewed_at = now
             row.expires_mono = mono + ttl
             row.meta = dict(meta)
-            self._event(row, key, "acquired", holder, now, {"meta": row.meta})
+            self._event(row, key, "acquired", holder, now, detail)
             return AcquireResult(True, self._record(key, row, now, mono))
 
     def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:

@@ -72,6 +72,9 @@ _INHERITED: list[Any] = []
 # bracketing, so a null or number there would compare as "expired".
 FREE = {"$or": [{"$eq": [{"$ifNull": ["$holder", None]}, None]},
                 {"$lte": ["$expires_at", "$$NOW"]}]}
+#: A scratch field of the acquire's update: the takeover's event text, made
+#: in the stage that still sees the old holder, removed by the next stage.
+TOOK_OVER_TMP = "_took_over"
 #: max(last + 1, the server's clock in microseconds): $$NOW has milliseconds.
 NEXT_TOKEN = {"$max": [{"$add": [{"$ifNull": ["$token", 0]}, 1]},
                        {"$multiply": [{"$toLong": "$$NOW"}, 1000]}]}
@@ -232,8 +235,12 @@ class MongoStore(LeaseStore):
             "acquired_at": "$$NOW", "renewed_at": "$$NOW",
             "expires_at": {"$add": ["$$NOW", int(ttl * 1000)]},
             "meta": {"$literal": meta_doc},
+            # Read from the document as it was (one stage sees its input): a
+            # holder still named here expired while held and is taken over.
+            TOOK_OVER_TMP: hist.TOOK_OVER_OF_DOC,
         }}, {"$set": {hist.FIELD: hist.append(  # reads the token just set
-            "acquired", hist.TOKEN_OF_DOC, hist.as_json(holder), {"meta": meta_doc})}}]
+            "acquired", hist.TOKEN_OF_DOC, hist.as_json(holder), {"meta": meta_doc},
+            f"${TOOK_OVER_TMP}"), TOOK_OVER_TMP: "$$REMOVE"}}]
         try:
             doc = self._call(lambda c: c.find_one_and_update(
                 {"_id": key, "$expr": FREE}, update, projection=NO_HISTORY, upsert=True,

@@ -57,12 +57,29 @@ def as_json(value: Any) -> dict[str, Any]:
     return {"$literal": json.dumps(value, default=str, separators=(",", ":"))}
 
 
-def append(kind: str, token: Any, holder: Any, detail: Mapping[str, Any]) -> dict[str, Any]:
+#: The ``took_over`` part of an acquired event's detail, as JSON text to put
+#: before the detail's closing brace: empty when the document names no holder
+#: (free or new), else the token and holder it still names (a held lease that
+#: expired). Evaluated in the stage that replaces the holder, which reads the
+#: document as it was.
+TOOK_OVER_OF_DOC = {"$cond": [
+    {"$eq": [{"$ifNull": ["$holder", None]}, None]}, "",
+    {"$concat": [',"took_over":{"token":', TOKEN_OF_DOC, ',"holder":', HOLDER_OF_DOC, "}"]}]}
+
+
+def append(kind: str, token: Any, holder: Any, detail: Mapping[str, Any],
+           detail_tail: Any = None) -> dict[str, Any]:
     """Pipeline expression: the history with one event appended, capped.
-    ``token`` and ``holder`` are expressions that yield JSON text."""
+    ``token`` and ``holder`` are expressions that yield JSON text;
+    ``detail_tail`` one that yields JSON members (``,"name":value``) added to
+    ``detail`` on the server."""
+    detail_json: Any = as_json(dict(detail))
+    if detail_tail is not None:
+        text = json.dumps(dict(detail), default=str, separators=(",", ":"))
+        detail_json = {"$concat": [{"$literal": text[:-1]}, detail_tail, "}"]}
     event = {"$concat": ["[", as_json(kind), ",", token, ",",
                          {"$toString": {"$toLong": "$$NOW"}}, ",", holder, ",",
-                         as_json(dict(detail)), "]"]}
+                         detail_json, "]"]}
     return {"$slice": [{"$concatArrays": [{"$ifNull": [f"${FIELD}", []]}, [event]]},
                        -HISTORY_LIMIT]}
 

@@ -106,14 +106,26 @@ TRIM = """DELETE FROM {e} WHERE key = %(key)s AND EXISTS (SELECT 1 FROM {changed
                OFFSET %(keep)s LIMIT 1)"""
 
 # What every grant writes besides the lease row, in the same statement: the
-# counter (never below the token just granted) and the history event.
+# counter (never below the token just granted) and the history event. The
+# event reads the row as the statement's snapshot shows it (a CTE's reads do
+# not see the statement's own update): a grant over a row that still named a
+# holder took over a lease that expired while held, and the event's
+# ``took_over`` names it. The update only touches a row whose snapshot was
+# free or expired, so the one race left is an expired holder releasing (or an
+# operator breaking it) while this statement waits for the row: then the
+# history shows that release and still this takeover, both true (the lease had
+# expired, on the server's clock, when the statement began).
 _GRANT_WRITES = """ctr AS (
     INSERT INTO {c} AS c (key, token) SELECT key, token FROM up
     ON CONFLICT (key) DO UPDATE SET token = GREATEST(c.token, excluded.token)
 ),
 ev AS (
     INSERT INTO {e} (key, kind, token, holder, at, detail)
-    SELECT key, 'acquired', token, $2, t, $6::jsonb FROM up
+    SELECT up.key, 'acquired', up.token, $2, up.t,
+           CASE WHEN o.holder IS NULL THEN $6::jsonb
+                ELSE $6::jsonb || jsonb_build_object('took_over', jsonb_build_object(
+                    'token', o.token, 'holder', o.holder)) END
+    FROM up LEFT JOIN {t} o ON o.key = up.key
 )"""
 
 # Acquire, in one statement, for a key whose row exists (every key after its

@@ -84,9 +84,14 @@ end
 ACQUIRE = _PRELUDE + """
 local now, now_us = clock()
 local f = redis.call('HMGET', KEYS[1], 'holder', 'token', 'expires_at')
+-- A grant over a record that still names a holder takes over an expired
+-- lease: the event names the token and holder it replaced.
+local took = ''
 if f[1] then
   local expires = tonumber(f[3])
   if expires == nil or expires > now then return record(now) end
+  took = ', "took_over": {"token": ' .. fmt(tonumber(f[2]) or 0) .. ', "holder": ' ..
+         cjson.encode(f[1]) .. '}'
 end
 local token = math.max((tonumber(f[2]) or 0) + 1, now_us)
 local expires = now + tonumber(ARGV[3])
@@ -94,7 +99,7 @@ local t = fmt(token)
 redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'secret', ARGV[2], 'token', t, 'acquired_at', now,
            'renewed_at', now, 'expires_at', expires, 'meta', ARGV[4])
 push_event('{"kind": "acquired", "holder": ' .. cjson.encode(ARGV[1]) ..
-           ', "detail": {"meta": ' .. ARGV[4] .. '}', t, now)
+           ', "detail": {"meta": ' .. ARGV[4] .. took .. '}', t, now)
 return {1, t, now, expires}
 """
 

@@ -15,9 +15,9 @@ no read selects. A database made by an older version (no ``secret`` column,
 no counter table, a history table with AUTOINCREMENT) is migrated on
 connect, its counters and events carried over.
 
-An acquire is one write transaction (``BEGIN IMMEDIATE``, the lease upsert,
-the counter, the event, ``COMMIT``) that appends four pages to the WAL; a
-release writes the event and the row: three pages.
+An acquire is one write transaction (``BEGIN IMMEDIATE``, a read of the row
+as it was, the lease upsert, the counter, the event, ``COMMIT``) that appends
+four pages to the WAL; a release writes the event and the row: three pages.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from ..core.errors import ConfigurationError, CorruptRecord, StoreUnavailable
 from ..core.record import AcquireResult, LeaseRecord, meta_from_json, parse_field
 from ..core.store import (
     HISTORY_LIMIT,
+    TOOK_OVER,
     EventKind,
     LeaseEvent,
     LeaseStore,
@@ -173,7 +174,12 @@ def _int(value: Any) -> int:
 def path_from_url(url: str) -> Path:
     """The database file a ``sqlite:`` URL names: ``sqlite:///abs/path.db`` and
     SQLAlchemy's ``sqlite:////abs/path.db`` are absolute, ``sqlite:rel.db`` is
-    relative to the working directory."""
+    relative to the working directory.
+
+    ``sqlite:///name.db`` (three slashes, one name) is refused: SQLAlchemy
+    reads it as ``name.db`` in the working directory, this library as
+    ``/name.db`` in the filesystem root, so whoever wrote it most likely
+    meant the other one. A file in the root is still ``sqlite:////name.db``."""
     parts = parse_url(url)
     raw = (parts.netloc + parts.path) if parts.netloc not in ("", "localhost") else parts.path
     if not raw:
@@ -182,8 +188,18 @@ def path_from_url(url: str) -> Path:
             "or sqlite:relative/path.db"
         )
     if raw.startswith("//"):
-        raw = "/" + raw.lstrip("/")
-    return Path(raw)
+        return Path("/" + raw.lstrip("/"))
+    path = Path(raw)
+    if path.is_absolute() and path.parent == Path(path.anchor) and parts.netloc == "":
+        name = path.name
+        raise ConfigurationError(
+            f"SQLite URL {url!r} names {str(path)!r}, a file in the filesystem root, which is "
+            f"rarely meant (SQLAlchemy reads three slashes as relative). For {name!r} in the "
+            f"working directory write sqlite:{name}; for an absolute path "
+            f"sqlite:///dir/{name} (or sqlite:////dir/{name}); for the root itself "
+            f"sqlite:////{name}"
+        )
+    return path
 
 
 class SqliteStore(LeaseStore):
@@ -302,19 +318,28 @@ class SqliteStore(LeaseStore):
                  meta: Mapping[str, Any]) -> AcquireResult:
         meta_json = json.dumps(dict(meta), default=str)
         with self._transaction() as conn:
+            # The row before the write, inside the same BEGIN IMMEDIATE (no
+            # other writer in between): a grant over a row that still names a
+            # holder took over an expired lease, and the event says so; a busy
+            # answer is this row. In-process, no round trip: a primary-key read
+            # is a fraction of the commit's cost.
+            before = conn.execute(SELECT + " WHERE key = ?", (key,)).fetchone()
             row = conn.execute(ACQUIRE, (key, holder, secret, ttl, meta_json)).fetchone()
             if row is not None:
                 token, acquired, expires = row
+                detail = '{"meta": ' + meta_json
+                if before is not None and before[1] is not None:
+                    detail += f', "{TOOK_OVER}": ' + json.dumps(
+                        {"token": before[2], "holder": before[1]}, default=str)
                 conn.execute(COUNT, (key, token))
-                conn.execute(ACQUIRED, (key, token, holder, acquired, '{"meta": ' + meta_json + "}"))
+                conn.execute(ACQUIRED, (key, token, holder, acquired, detail + "}"))
                 if token % TRIM_EVERY == 0:
                     conn.execute(TRIM_EVENTS, {"key": key, "keep": HISTORY_LIMIT})
                 now = _dt(acquired)
                 return AcquireResult(True, LeaseRecord(key, holder, token, now, now, _dt(expires),
                                                        now, json.loads(meta_json)))
             # Busy: a row that cannot be parsed raises CorruptRecord here.
-            current = conn.execute(SELECT + " WHERE key = ?", (key,)).fetchone()
-            return AcquireResult(False, _record(current) if current else None)
+            return AcquireResult(False, _record(before) if before else None)
 
     def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
         with self._transaction() as conn:

@@ -9,8 +9,9 @@ never a success.
   under the real scheduler (the supervisor sees status 75: the try failed);
 - ``BashOperator`` (``sleep 60`` in bash) inside ``dag_run_lease(...)``, under
   the real scheduler: bash and its children are gone, the run fails, the
-  keeper fails and the triggerer that ran it lives on (xfail, a core bug: the
-  same with a daemon that bash started with ``setsid``, which outlives it);
+  keeper fails and the triggerer that ran it lives on; the same with a daemon
+  that bash started with ``setsid`` (orphaned to init by ``on_kill``, frozen
+  by the pid the ladder saw at its start);
 - the trust-window case under ``dag.test()``: the Redis store blackholed by a
   proxy while worker threads and children work and a contender keeps trying
   (straight to Redis): all the work, and the operator's ``on_kill()``, ends
@@ -303,11 +304,6 @@ def test_scheduler_bash_in_dag_run_lease_ends_and_the_run_fails(
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(strict=False, reason=(
-    "core: fail-stop runs the stop hooks before it freezes the descendants; "
-    "BashOperator.on_kill() ends bash first, its setsid daemon is handed to init, "
-    "and the ladder's walk from the task process mostly no longer finds it (a race: "
-    "it passes when the walk comes before the reparenting)"))
 def test_scheduler_bash_daemon_in_its_own_session_ends_too(
         cluster: AirflowCluster, records: Path, store: LeaseStore) -> None:
     bash_under_a_broken_run_lease(cluster, records, store, "lf_bash_daemon", "lf-bash-daemon",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import secrets
 import sqlite3
@@ -156,6 +157,34 @@ def test_keeper_renews_past_the_ttl_then_ends_on_our_release(tmp_path: Path) -> 
 
         event = asyncio.run(scenario())
     assert event == {"status": "released", "reason": "the run's release task gave it back"}
+
+
+def test_the_runs_own_release_is_a_normal_end_not_a_loss(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The teardown releases while the keeper keeps renewing (they are two
+    processes; the keeper's next renewal is refused): the keeper ends with
+    success, no WARNING says the lease was lost, and the history ends with
+    the release, no ``lost`` after it."""
+    url = f"sqlite://{tmp_path}/leases.db"
+    with connect(url) as store:
+        trigger = _trigger(url, store, "normal-end")
+        token = DagRunLease.from_xcom(trigger.lease).token
+
+        async def scenario() -> dict[str, Any]:
+            running = asyncio.ensure_future(_first_event(trigger))
+            await _when(store, "normal-end", renewed_past=0.6)
+            assert await asyncio.to_thread(release_as_the_run, store, trigger)
+            # Past the keeper's next renewal (every ttl/4 = 0.5 s), refused.
+            await asyncio.sleep(1.5)
+            return await asyncio.wait_for(running, 30)
+
+        with caplog.at_level(logging.INFO):
+            event = asyncio.run(scenario())
+        kinds = [e.kind for e in store.history("normal-end") if e.token == token]
+    assert event == {"status": "released", "reason": "the run's release task gave it back"}
+    assert kinds == ["acquired", "released"], kinds
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not warnings, warnings
 
 
 def test_keeper_reports_a_break_from_outside_as_lost(tmp_path: Path) -> None:

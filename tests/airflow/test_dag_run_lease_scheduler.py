@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -297,3 +298,30 @@ def test_a_run_whose_teardown_never_runs_frees_its_lease_within_a_ttl(
     assert current(store, key).holder is None
     keeper_log = cluster.task_log("rl_no_teardown", run, "dag_run_lease_keeper")
     assert "released by the keeper" in keeper_log
+
+
+def test_a_successful_run_ends_its_lease_as_a_normal_end(
+        cluster: AirflowCluster, store: LeaseStore) -> None:
+    """The teardown (a worker) releases while the keeper (the triggerer) keeps
+    renewing: the keeper's next renewal is refused. That is the run's normal
+    end: its history is a grant and a release (no ``lost`` after it) and no
+    log says the lease was lost, neither the keeper's task log nor the
+    triggerer's own."""
+    key = "rl-pool-one"
+    before = store.get(key)
+    run = cluster.trigger("rl_pool_one", {"tag": "normal-end"})
+    assert cluster.wait_run("rl_pool_one", run, RUN_WAIT) == "success"
+    record = current(store, key)
+    assert record.holder is None and record.meta["run_id"] == run
+    assert before is None or record.token > before.token
+    # Past the keeper's last renewal (every ttl/3): a refusal has happened by now.
+    poll(lambda: cluster.task_states("rl_pool_one", run)["dag_run_lease_keeper"] == "success",
+         "the keeper to end with success", RUN_WAIT)
+    time.sleep(TTL / 3 + 2)
+    kinds = [e.kind for e in store.history(key, limit=100) if e.token == record.token]
+    assert kinds == ["acquired", "released"], kinds
+    keeper_log = cluster.task_log("rl_pool_one", run, "dag_run_lease_keeper")
+    assert "gave it back" in keeper_log or "released by the keeper" in keeper_log, keeper_log
+    lost_line = f"lease {key} lost (token {record.token}"
+    assert lost_line not in keeper_log
+    assert lost_line not in cluster.tail("triggerer", 100_000)

@@ -5,8 +5,11 @@ the Airflow UI are relative."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
+from lease_integrations import connect
 from lease_integrations.airflow.ui import pages
 from lease_integrations.airflow.ui.links import airflow_link
 from lease_integrations.airflow.ui.store_source import StoreSource
@@ -77,3 +80,22 @@ def test_unreadable_and_invisible_text_is_shown_escaped_and_the_pages_encode() -
 
     body = AsciiJSONResponse({"leases": [record_json(r)]}).body
     assert json.loads(body)["leases"][0]["meta"]["dag_id"] == "d\ud800x"  # exact in JSON
+
+
+def test_the_history_page_shows_an_expiry_takeover(tmp_path: Path) -> None:
+    """Events from a real store: a holder that crashed and was taken over
+    after its ttl reads as such on the page, not as two plain grants."""
+    store = connect(f"sqlite://{tmp_path}/leases.db")
+    try:
+        first = store.acquire("billing", "crashed-host:7:00000000000000aa", "s1", 0.3, {}).record
+        assert first is not None
+        deadline = time.monotonic() + 10
+        while not store.acquire("billing", "worker-2:9:00000000000000bb", "s2", 30, {}).granted:
+            assert time.monotonic() < deadline, "the crashed holder's lease never expired"
+            time.sleep(0.05)
+        html = pages.history_page("billing", store.get("billing"), store.history("billing"),
+                                  SOURCE, can_break=False)
+    finally:
+        store.close()
+    assert (f"took over #{first.token} of crashed-host:7:00000000000000aa "
+            "(expired, never released)") in html

@@ -64,3 +64,6 @@ def test_airflow_conn_reads_the_connection_the_tasks_use(tmp_path: Path, key: st
     missing = run("--airflow-conn", "no_such_conn", "list")
     assert missing.returncode == exits.USAGE
     assert "'no_such_conn'" in missing.stderr
+    # The console names its own flag, not the operator's parameter.
+    assert "--airflow-conn 'no_such_conn': no such Airflow connection" in missing.stderr
+    assert "lease_conn_id" not in missing.stderr

@@ -145,3 +145,35 @@ def test_history_lists_grants_releases_and_breaks(store: LeaseStore, cli_url: st
 
     last_two = json.loads(leasectl("--url", cli_url, "history", key, "-n", "2", "--json").out)
     assert [e["kind"] for e in last_two["events"]] == ["acquired", "broken"]
+
+
+def test_history_shows_an_expiry_takeover(store: LeaseStore, cli_url: str, key: str,
+                                          leasectl: Leasectl) -> None:
+    """A holder that crashed (never released) and was taken over after its
+    ttl: the history says so, in the table, the timeline and the JSON."""
+    ghost, bob = GHOST, "bob-host:22:00000000000000bb"
+    first = store.acquire(key, ghost, ghost, 0.5, AIRFLOW_META).record
+    assert first is not None
+    poll(lambda: store.get(key).state == "expired", 10, "the crashed holder's lease to expire")  # type: ignore[union-attr]
+    second = store.acquire(key, bob, bob, 30, PREFECT_META).record
+    assert second is not None
+    t1, t2 = first.token, second.token
+
+    result = leasectl("--url", cli_url, "history", key)
+    assert result.code == 0, result.err
+    rows = table_rows(result.out, "AT (UTC)")
+    assert [(r["EVENT"], r["TOKEN"], r["HOLDER"]) for r in rows] == [
+        ("acquired", str(t1), ghost), ("acquired", str(t2), bob)]
+    assert rows[1]["DETAIL"].startswith(
+        f"took over #{t1} of {ghost} (expired, never released); flow=daily-report")
+    timeline = result.out.split("timeline:\n", 1)[1].splitlines()
+    events = [line.split(None, 1)[1] for line in timeline if not line.strip().startswith("--")
+              and not line.startswith("now:")]
+    assert len(events) == 3, events
+    assert re.match(rf"#{t1} +\+ granted to ghost-host:4242 \(", events[0])
+    assert re.match(rf"#{t1} +~ EXPIRED: ghost-host:4242 never released, held [0-9.]+s; "
+                    rf"taken over by #{t2}$", events[1]), events[1]
+    assert re.match(rf"#{t2} +\+ granted to bob-host:22 \(flow=daily-report", events[2])
+
+    data = json.loads(leasectl("--url", cli_url, "history", key, "--json").out)
+    assert data["events"][1]["detail"]["took_over"] == {"token": t1, "holder": ghost}

@@ -516,6 +516,46 @@ def test_history_records_grants_releases_breaks_and_losses(store: LeaseStore, ke
     assert store.history(key + "-never") == []
 
 
+def test_history_records_an_expiry_takeover_in_the_grant(store: LeaseStore, key: str) -> None:
+    """A holder that never released (a crash) and was taken over after its
+    expiry leaves a trace: the taker's ``acquired`` event names the token and
+    holder it took over, written by the acquire itself (no separate event that
+    could be missing). A grant over a free key (released, broken, new) names
+    none."""
+    a = grant(store, key, "alice", ttl=SHORT_TTL, meta={"run_id": "r1"})
+    assert not store.acquire(key, "bob", S("bob"), TTL, {}).granted  # busy: no trace
+    until(lambda: expired(store, key), what="expiry")
+    b = grant(store, key, "bob", meta={"run_id": "r2"})
+    assert store.release(key, S("bob"), b.token)
+    c = grant(store, key, "carol")
+    store.force_release(key, by="ops@console")
+    d = grant(store, key, "dave")
+    events = store.history(key)
+    assert [(e.kind, e.token, e.holder) for e in events] == [
+        ("acquired", a.token, "alice"), ("acquired", b.token, "bob"),
+        ("released", b.token, "bob"), ("acquired", c.token, "carol"),
+        ("broken", c.token, "carol"), ("acquired", d.token, "dave"),
+    ]
+    taken = events[1].detail
+    assert taken.get("took_over") == {"token": a.token, "holder": "alice"}, taken
+    assert taken.get("meta") == {"run_id": "r2"}
+    for plain in (events[0], events[3], events[5]):
+            assert "took_over" not in plain.detail, plain
+    assert not any(S("alice") in repr(e.detail) for e in events)
+
+
+def test_an_expiry_takeover_names_a_holder_with_quotes_and_unicode(
+    store: LeaseStore, key: str
+) -> None:
+    """The takeover detail is built by the store (Lua, SQL, a pipeline):
+    a holder name that needs escaping comes back exactly."""
+    odd = 'vm "7" \\ ünï:42'
+    a = grant(store, key, odd, ttl=SHORT_TTL)
+    until(lambda: expired(store, key), what="expiry")
+    grant(store, key, "bob")
+    assert store.history(key)[-1].detail.get("took_over") == {"token": a.token, "holder": odd}
+
+
 def test_history_is_bounded_per_key(store: LeaseStore, key: str) -> None:
     for i in range(HISTORY_LIMIT // 2 + 5):
         rec = grant(store, key, f"h{i}")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from lease_integrations import LeaseLock, connect
+from lease_integrations import ConfigurationError, LeaseLock, connect
 from lease_integrations.core.config import mask_url
 from lease_integrations.stores.sqlite import SqliteStore
 
@@ -56,3 +57,47 @@ def test_mask_url_hides_only_the_password() -> None:
     assert mask_url("redis://bob:pw@h:6379/0") == "redis://bob:***@h:6379/0"
     assert mask_url("postgresql://u:p%40ss@db/x?sslmode=require") == "postgresql://u:***@db/x?sslmode=require"
     assert mask_url("sqlite:///a/b.db") == "sqlite:///a/b.db"
+
+
+def test_three_slashes_and_one_name_is_refused_not_written_at_the_root(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sqlite:///relative.db`` is relative to SQLAlchemy and ``/relative.db``
+    to us: refused with the spellings of both, nothing written anywhere."""
+    monkeypatch.chdir(tmp_path)
+    name = f"lease-test-{os.getpid()}.db"
+    with pytest.raises(ConfigurationError) as refused:
+        connect(f"sqlite:///{name}")
+    message = str(refused.value)
+    assert "filesystem root" in message and f"sqlite:{name}" in message
+    assert f"sqlite:////{name}" in message
+    assert not Path("/", name).exists() and not (tmp_path / name).exists()
+    # The working-directory form and a deeper absolute path work as documented.
+    store = connect(f"sqlite:{name}")
+    try:
+        with LeaseLock(store, "k", ttl=5).hold() as lease:  # released before the cwd changes back
+            assert lease.token >= 1
+    finally:
+        store.close()
+    assert (tmp_path / name).exists()
+    connect(f"sqlite://{tmp_path}/sub.db").close()
+
+
+@pytest.mark.parametrize("value", ["bogus", "redis+cluser://a:1", "sqlite:///nested/x.db"])
+def test_a_bad_lease_store_url_variable_is_named(value: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller wrote no URL: the error says where the bad one came from,
+    and a URL without a scheme lists every scheme, cluster and sentinel too."""
+    monkeypatch.setenv("LEASE_STORE_URL", value)
+    with pytest.raises(ConfigurationError) as refused:
+        connect()
+    message = str(refused.value)
+    assert message.startswith("$LEASE_STORE_URL"), message
+    if "://" not in value:
+        for scheme in ("redis+cluster://", "redis+sentinel://", "rediss://", "postgresql://",
+                       "mongodb://", "sqlite://", "memory://"):
+            assert scheme in message, (scheme, message)
+    # A URL given in code is not blamed on the variable.
+    with pytest.raises(ConfigurationError) as given:
+        connect("bogus")
+    assert "LEASE_STORE_URL" not in str(given.value)
+    assert "redis+sentinel://" in str(given.value)

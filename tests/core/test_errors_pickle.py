@@ -40,3 +40,13 @@ def test_errors_survive_pickling(error: Exception) -> None:
 def test_busy_message_escapes_control_characters_in_meta() -> None:
     message = str(LeaseBusy("billing", RECORD))
     assert "\n" not in message and "dag_id=d\\nforged" in message
+
+
+def test_no_such_connection_survives_pickling() -> None:
+    pytest.importorskip("airflow")
+    from lease_integrations.airflow.connections import NoSuchConnection
+
+    error = NoSuchConnection("lease_typo")
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is NoSuchConnection and str(again) == str(error)
+    assert again.conn_id == "lease_typo"
