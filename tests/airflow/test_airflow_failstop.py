@@ -39,11 +39,13 @@ import pytest
 from scheduler_harness import AirflowCluster, poll
 
 from lease_integrations import LEASE_LOST_EXIT_STATUS, LeaseBusy, LeaseLock, LeaseStore, connect
-from lease_integrations.core.descendants import Process, descendants
+from lease_integrations.core.descendants import descendants
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "safety"))
 from proxy import FaultProxy  # tests/safety/proxy.py
 
+#: (pid, start time in clock ticks): a process's identity, safe from pid reuse.
+Process = tuple[int, int]
 DAGS = Path(__file__).resolve().parent / "failstop_dags"
 TTL, HEARTBEAT = 20.0, 2.0  # as in the DAG file
 GRACE = TTL / 5 / 4
@@ -63,8 +65,8 @@ def _stat(pid: int) -> tuple[str, int] | None:
 
 def identify(pids: list[int]) -> set[Process]:
     """(pid, start time) of each pid and of everything below it, now."""
-    found = descendants(*pids)
-    for pid in pids:
+    found: set[Process] = set()
+    for pid in [*pids, *descendants(*pids)]:
         stat = _stat(pid)
         if stat is not None and stat[0] not in "ZX":
             found.add((pid, stat[1]))
