@@ -300,3 +300,13 @@ def cancellable(label: str = "") -> None:
 def named_by_flow() -> str:
     """Default key: the flow's name (so with_options(name=...) must re-derive it)."""
     return current_lease().key
+
+
+# -- Prefect events (test_events) ------------------------------------------------
+@leased_flow(key="events-normal", ttl=TTL)
+def events_normal() -> int:
+    """Writes its lease's owner secret where the test can check that no
+    event carries it."""
+    lease = current_lease()
+    (coord_dir() / "secret").write_text(lease.secret)
+    return lease.token

@@ -67,6 +67,11 @@ def run_in_child(name: str, params: dict[str, Any], out: str, log: str, env: dic
     os.dup2(fd, 2)
     os.environ.update(env)
     run(name, params, Path(out))
+    # A forkserver child ends with os._exit, which skips the drain Prefect
+    # registers for interpreter exit: drain here, as a run's own process would.
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all(timeout=30, at_exit=False)
 
 
 if __name__ == "__main__":
