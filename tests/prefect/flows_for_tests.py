@@ -310,3 +310,15 @@ def events_normal() -> int:
     lease = current_lease()
     (coord_dir() / "secret").write_text(lease.secret)
     return lease.token
+
+
+@leased_flow(key="events-lost", ttl=20.0, on_busy="fail")
+def events_lost() -> None:
+    """``long_sync`` with a 20 s ttl: a 4 s margin, so the fail-stop ladder has
+    2.2 s for its callbacks and stop hooks (the test delays the ``lost`` event)."""
+    run = enter()
+    deadline = time.monotonic() + BOUND
+    while time.monotonic() < deadline and not (coord_dir() / "release").exists():
+        tick("body")
+        time.sleep(0.02)
+    leave(run)

@@ -99,9 +99,14 @@ def test_a_waiting_run_emits_busy_then_acquired_and_released(
 
 
 def test_a_broken_lease_emits_lost_with_the_reason_before_fail_stop_ends_the_process(
-        prefect_api: str, spawn: Any, coord: Path, lease_url: str) -> None:
-    child = spawn("long_sync")
-    record = break_when_working(coord, lease_url, "long-sync", {"body"})
+        prefect_api: str, spawn: Any, child_env: dict[str, str], coord: Path,
+        lease_url: str) -> None:
+    """The child's events client sends the ``lost`` event 1 s late: it
+    reaches the server only because the stop hook waits for it (the ladder
+    has 2.2 s), not because the worker happened to be quicker than the exit."""
+    child_env["LEASE_TEST_SLOW_LOST_EVENT"] = "1.0"
+    child = spawn("events_lost")
+    record = break_when_working(coord, lease_url, "events-lost", {"body"})
     assert child.wait(60) == LEASE_LOST_EXIT_STATUS, child.output()
     acquired, lost = lease_events(prefect_api, record["run"], [ACQUIRED, LOST])
     assert acquired["payload"]["token"] == lost["payload"]["token"] == record["token"]
