@@ -3,7 +3,8 @@ events API (``/events/filter``, what the UI's event feed and automations
 see): ``acquired`` and ``released`` for a normal run, ``busy`` for a skipped
 run and for a waiting one, and ``lost`` with its reason for a run whose lease
 is broken from outside, sent before fail-stop ends the process (exit 75,
-through ``os._exit``: Prefect's own drain at interpreter exit never runs)."""
+through ``os._exit``: Prefect's own drain at interpreter exit never runs),
+and the guide's "lease lost" automation firing on it."""
 
 from __future__ import annotations
 
@@ -47,6 +48,24 @@ def lease_events(api: str, flow_run_id: Any, expected: list[str]) -> list[dict[s
         roles = {r["prefect.resource.role"]: r["prefect.resource.id"] for r in event["related"]}
         assert roles["flow-run"] == f"prefect.flow-run.{flow_run_id}", event["related"]
         assert roles.get("flow", "").startswith("prefect.flow."), event["related"]
+    return found
+
+
+def automation_events(api: str, automation_id: Any) -> list[dict[str, Any]]:
+    """The automation's own events, once it has fired."""
+    import httpx
+
+    body = {"filter": {"resource": {"id": [f"prefect.automation.{automation_id}"]},
+                       "order": "ASC"}, "limit": 50}
+
+    def read() -> list[dict[str, Any]] | None:
+        response = httpx.post(f"{api}/events/filter", json=body, timeout=30)
+        response.raise_for_status()
+        events: list[dict[str, Any]] = response.json()["events"]
+        fired = any(e["event"] == "prefect.automation.triggered" for e in events)
+        return events if fired else None
+
+    found: list[dict[str, Any]] = wait_until(read, 60, "the automation to fire")
     return found
 
 
@@ -103,7 +122,19 @@ def test_a_broken_lease_emits_lost_with_the_reason_before_fail_stop_ends_the_pro
         lease_url: str) -> None:
     """The child's events client sends the ``lost`` event 1 s late: it
     reaches the server only because the stop hook waits for it (the ladder
-    has 2.2 s), not because the worker happened to be quicker than the exit."""
+    has 2.2 s), not because the worker happened to be quicker than the exit.
+    The guide's automation (with a do-nothing action) fires on it."""
+    from prefect.automations import Automation, DoNothing, EventTrigger
+
+    automation = Automation(  # the guide's automation, with an action the test can see
+        name="lease lost (test)",
+        trigger=EventTrigger(
+            match={"prefect.resource.id": "lease-integrations.lease.events-lost"},
+            expect={"lease-integrations.lease.lost"},
+            posture="Reactive", threshold=1, within=0,
+        ),
+        actions=[DoNothing()],
+    ).create()
     child_env["LEASE_TEST_SLOW_LOST_EVENT"] = "1.0"
     child = spawn("events_lost")
     record = break_when_working(coord, lease_url, "events-lost", {"body"})
@@ -118,3 +149,6 @@ def test_a_broken_lease_emits_lost_with_the_reason_before_fail_stop_ends_the_pro
     state, _ = run_states(record["run"])
     assert state is not None and state.is_crashed(), state
     assert reason in (state.message or ""), (reason, state.message)
+    fired = automation_events(prefect_api, automation.id)
+    triggered = [e for e in fired if e["event"] == "prefect.automation.triggered"]
+    assert [e["payload"]["triggering_event"]["id"] for e in triggered] == [lost["id"]], fired
