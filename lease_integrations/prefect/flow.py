@@ -20,6 +20,10 @@ own from the runner or worker, so nothing else is stopped with it; a flow
 called in-process ends its caller too (``on_lost="check"`` for code that must
 outlive a loss: the run then ends Failed at the end of the body, never
 Completed; async flows also have ``"cancel"``).
+
+Each run emits Prefect events for its lease (``events``): acquired, busy
+(skipped, waiting, failed, timed out), lost with the reason (sent before
+fail-stop ends the process) and released.
 """
 
 from __future__ import annotations
