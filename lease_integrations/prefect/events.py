@@ -115,7 +115,7 @@ class LeaseEvents:
             return
         try:
             self._context.copy().run(_emit, event, self.key, self.flow_run_id,
-                              {"key": self.key, **payload})
+                                     {"key": self.key, **payload})
         except Exception as exc:  # best effort: the run goes on
             log.warning("could not emit Prefect event %s for lease %s: %s", event, self.key, exc)
 
