@@ -6,6 +6,9 @@
     def nightly_billing():
         token = current_lease().token   # fence your writes with it
 
+Each run emits Prefect events for its lease (``lease-integrations.lease.acquired``,
+``.busy``, ``.lost``, ``.released``; ``lease_integrations.prefect.events``).
+
 Needs ``prefect>=3.4`` (``pip install 'lease_integrations[prefect]'``); Prefect before 3.9
 needs ``fastapi<0.121`` pinned beside it (docs/development.md, support matrix).
 """

@@ -3,7 +3,8 @@ the flow run is reported Crashed with the reason, so the Prefect API never
 shows a run that was stopped as Running (a run called in-process, with no
 worker watching its exit status, would stay Running for ever). The flow runs
 that called it in this process (a ``@leased_flow`` used as a subflow) end
-with the process too, and are reported Crashed after it."""
+with the process too, and are reported Crashed after it. Last, the hook waits
+for the ``lost`` event (``events``), sent meanwhile, to be out."""
 
 from __future__ import annotations
 
@@ -14,18 +15,25 @@ from typing import Any
 
 from lease_integrations import Lease
 
+from .events import LeaseEvents
+
 log = logging.getLogger("lease_integrations")
 
 
-def crash_reporter(lease: Lease, flow_run_id: str | None) -> Callable[[], None]:
-    """A stop hook that sets the run's state to Crashed. Made on the run's
-    thread: the hook runs on fail-stop's, with the run's Prefect settings
-    (API URL, an ephemeral server's address) carried over in its context."""
+def crash_reporter(lease: Lease, flow_run_id: str | None, events: LeaseEvents,
+                   ) -> Callable[[], None]:
+    """A stop hook that sets the run's state to Crashed, then waits for the
+    ``lost`` event to be sent. Made on the run's thread: the hook runs on
+    fail-stop's, with the run's Prefect settings (API URL, an ephemeral
+    server's address) carried over in its context."""
     context = contextvars.copy_context()
 
     def report() -> None:
         if flow_run_id is not None:
-            context.run(_report, flow_run_id, lease)
+            try:
+                context.run(_report, flow_run_id, lease)
+            finally:
+                events.wait_sent()
 
     return report
 

@@ -20,6 +20,10 @@ own from the runner or worker, so nothing else is stopped with it; a flow
 called in-process ends its caller too (``on_lost="check"`` for code that must
 outlive a loss: the run then ends Failed at the end of the body, never
 Completed; async flows also have ``"cancel"``).
+
+Each run emits Prefect events for its lease (``events``): acquired, busy
+(skipped, waiting, failed, timed out), lost with the reason (sent before
+fail-stop ends the process) and released.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from lease_integrations.core import (
 from .annotate import annotate_async, annotate_sync
 from .context import bound, run_meta
 from .crash import crash_reporter
+from .events import LeaseEvents
 from .keys import KeyTemplate, default_key
 from .quiet import SKIP_PREFIX, quiet_skips
 from .store import StoreSource
@@ -101,18 +106,26 @@ class LeasePlan:
             heartbeat=self.heartbeat, on_lost=self.on_lost, meta=run_meta(),
         )
 
-    def busy_outcome(self, busy: LeaseBusy) -> Any:
+    def events_for(self, lock: LeaseLock, flow_run_id: str | None) -> LeaseEvents:
+        return LeaseEvents(lock.key, flow_run_id, self.on_lost)
+
+    def busy_outcome(self, busy: LeaseBusy, events: LeaseEvents) -> Any:
         from prefect.states import Cancelled
 
         if self.on_busy == "skip":
+            events.busy(busy, "skipped")
             quiet_skips()
             _logger().info("Skipping this run: %s", busy)
             return Cancelled(message=f"{SKIP_PREFIX}{busy}")
         if self.on_busy == "wait":
+            events.busy(busy, "timed-out")
             _logger().error("Gave up waiting after %s s: %s", self.wait, busy)
+        else:
+            events.busy(busy, "failed")
         raise busy
 
-    def waiting(self, busy: LeaseBusy) -> None:
+    def waiting(self, busy: LeaseBusy, events: LeaseEvents) -> None:
+        events.busy(busy, "waiting")
         limit = "as long as it takes" if self.wait is None else f"up to {self.wait:g} s"
         _logger().info("Waiting for lease %r (%s): %s", busy.key, limit, busy)
 
@@ -150,19 +163,22 @@ def _sync_wrapper(fn: Callable[..., Any], plan: LeasePlan) -> Callable[..., Any]
     def run_leased(*args: Any, **kwargs: Any) -> Any:
         lock = plan.lock_for(args, kwargs)
         ctx = _flow_run_context()
+        events = plan.events_for(lock, _run_id(ctx))
         with ExitStack() as stack:
+            stack.push(events.after_hold)  # runs once the hold has ended: `released`
             try:
                 try:
                     lease = stack.enter_context(lock.hold(0))
                 except LeaseBusy as first:
                     if plan.on_busy != "wait":
                         raise
-                    plan.waiting(first)
+                    plan.waiting(first, events)
                     lease = stack.enter_context(lock.hold(plan.wait))
             except LeaseBusy as busy:
-                return plan.busy_outcome(busy)
+                return plan.busy_outcome(busy, events)
+            events.acquired(lease)
             stack.enter_context(bound(lease, _run_id(ctx)))
-            stack.enter_context(stop_hook(crash_reporter(lease, _run_id(ctx))))
+            stack.enter_context(stop_hook(crash_reporter(lease, _run_id(ctx), events)))
             plan.acquired(lease, lock.store)
             if plan.annotate and ctx is not None:
                 annotate_sync(ctx, lease)
@@ -177,19 +193,22 @@ def _async_wrapper(fn: Callable[..., Any], plan: LeasePlan) -> Callable[..., Any
         # The store and a block may do blocking I/O: keep the event loop free.
         lock = await asyncio.to_thread(plan.lock_for, args, kwargs)
         ctx = _flow_run_context()
+        events = plan.events_for(lock, _run_id(ctx))
         async with AsyncExitStack() as stack:
+            stack.push(events.after_hold)  # runs once the hold has ended: `released`
             try:
                 try:
                     lease = await stack.enter_async_context(lock.hold_async(0))
                 except LeaseBusy as first:
                     if plan.on_busy != "wait":
                         raise
-                    plan.waiting(first)
+                    plan.waiting(first, events)
                     lease = await stack.enter_async_context(lock.hold_async(plan.wait))
             except LeaseBusy as busy:
-                return plan.busy_outcome(busy)
+                return plan.busy_outcome(busy, events)
+            events.acquired(lease)
             stack.enter_context(bound(lease, _run_id(ctx)))
-            stack.enter_context(stop_hook(crash_reporter(lease, _run_id(ctx))))
+            stack.enter_context(stop_hook(crash_reporter(lease, _run_id(ctx), events)))
             plan.acquired(lease, lock.store)
             if plan.annotate and ctx is not None:
                 await annotate_async(ctx, lease)

@@ -21,7 +21,7 @@ from contextlib import AsyncExitStack, ExitStack
 from types import TracebackType
 from typing import Any
 
-from lease_integrations import ConfigurationError, Lease, LeaseLock
+from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock
 from lease_integrations.core import (
     ON_LOST_POLICIES,
     stop_hook,
@@ -34,6 +34,7 @@ from lease_integrations.core import (
 
 from .context import active_flow_run_id, bound, run_meta
 from .crash import crash_reporter
+from .events import LeaseEvents
 from .store import StoreSource
 
 
@@ -60,10 +61,17 @@ class leased:  # lower case: used like a function, `with leased("key"):`
     def __enter__(self) -> Lease:
         if self._sync_stack is not None or self._async_stack is not None:
             raise ConfigurationError(f"leased({self.key!r}) is already entered; make a new one")
+        events = LeaseEvents(self.key, active_flow_run_id(), self.on_lost)
         with ExitStack() as stack:
-            lease = stack.enter_context(self._lock().hold(self.wait))
+            stack.push(events.after_hold)  # runs once the hold has ended: `released`
+            try:
+                lease = stack.enter_context(self._lock().hold(self.wait))
+            except LeaseBusy as busy:  # after `wait` seconds: the block raises it
+                events.busy(busy, "failed")
+                raise
+            events.acquired(lease)
             stack.enter_context(bound(lease, active_flow_run_id()))
-            stack.enter_context(stop_hook(crash_reporter(lease, active_flow_run_id())))
+            stack.enter_context(stop_hook(crash_reporter(lease, active_flow_run_id(), events)))
             self._sync_stack = stack.pop_all()
         return lease
 
@@ -79,10 +87,17 @@ class leased:  # lower case: used like a function, `with leased("key"):`
         if self._sync_stack is not None or self._async_stack is not None:
             raise ConfigurationError(f"leased({self.key!r}) is already entered; make a new one")
         lock = await asyncio.to_thread(self._lock)
+        events = LeaseEvents(self.key, active_flow_run_id(), self.on_lost)
         async with AsyncExitStack() as stack:
-            lease = await stack.enter_async_context(lock.hold_async(self.wait))
+            stack.push(events.after_hold)  # runs once the hold has ended: `released`
+            try:
+                lease = await stack.enter_async_context(lock.hold_async(self.wait))
+            except LeaseBusy as busy:
+                events.busy(busy, "failed")
+                raise
+            events.acquired(lease)
             stack.enter_context(bound(lease, active_flow_run_id()))
-            stack.enter_context(stop_hook(crash_reporter(lease, active_flow_run_id())))
+            stack.enter_context(stop_hook(crash_reporter(lease, active_flow_run_id(), events)))
             self._async_stack = stack.pop_all()
         return lease
 

@@ -300,3 +300,25 @@ def cancellable(label: str = "") -> None:
 def named_by_flow() -> str:
     """Default key: the flow's name (so with_options(name=...) must re-derive it)."""
     return current_lease().key
+
+
+# -- Prefect events (test_events) ------------------------------------------------
+@leased_flow(key="events-normal", ttl=TTL)
+def events_normal() -> int:
+    """Writes its lease's owner secret where the test can check that no
+    event carries it."""
+    lease = current_lease()
+    (coord_dir() / "secret").write_text(lease.secret)
+    return lease.token
+
+
+@leased_flow(key="events-lost", ttl=20.0, on_busy="fail")
+def events_lost() -> None:
+    """``long_sync`` with a 20 s ttl: a 4 s margin, so the fail-stop ladder has
+    2.2 s for its callbacks and stop hooks (the test delays the ``lost`` event)."""
+    run = enter()
+    deadline = time.monotonic() + BOUND
+    while time.monotonic() < deadline and not (coord_dir() / "release").exists():
+        tick("body")
+        time.sleep(0.02)
+    leave(run)

@@ -60,13 +60,35 @@ def run(name: str, params: dict[str, Any], out: Path) -> None:
     tmp.rename(out)
 
 
+def _slow_lost_event(delay: float) -> None:
+    """Send a lease's ``lost`` event ``delay`` seconds late: then only a
+    process that waits for it gets it out before fail-stop ends it."""
+    from prefect.events.clients import PrefectEventsClient
+
+    emit = PrefectEventsClient._emit
+
+    async def slow(self: Any, event: Any) -> None:
+        if event.event == "lease-integrations.lease.lost":
+            await asyncio.sleep(delay)
+        await emit(self, event)
+
+    PrefectEventsClient._emit = slow  # type: ignore[method-assign]
+
+
 def run_in_child(name: str, params: dict[str, Any], out: str, log: str, env: dict[str, str]) -> None:
     """Target of a forkserver child: its own output file and environment."""
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.environ.update(env)
+    if os.environ.get("LEASE_TEST_SLOW_LOST_EVENT"):
+        _slow_lost_event(float(os.environ["LEASE_TEST_SLOW_LOST_EVENT"]))
     run(name, params, Path(out))
+    # A forkserver child ends with os._exit, which skips the drain Prefect
+    # registers for interpreter exit: drain here, as a run's own process would.
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all(timeout=30, at_exit=False)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ Prefect server (Prefect's own ``prefect_test_harness``): the first completes
 with its token, the second ends Cancelled naming the holder and never enters.
 And the fail-stop path: a run whose lease is broken from outside is reported
 Crashed on the server (``lease_integrations/prefect/crash.py``, through
-Prefect's own client) and its process exits with status 75."""
+Prefect's own client), its ``lease-integrations.lease.lost`` event reaches the
+server's events API before the process exits with status 75."""
 
 from __future__ import annotations
 
@@ -97,3 +98,17 @@ def test_broken_lease_ends_the_run_crashed(prefect_api: str, tmp_path: Path) -> 
         state = client.read_flow_run(run["id"]).state
     assert state is not None and state.is_crashed(), (state, child.output()[-4000:])
     assert "was lost" in (state.message or ""), state.message
+    lost = wait_until(lambda: _lost_events(prefect_api, run["id"]), "the lost event")
+    assert lost[0]["payload"]["token"] == run["token"], lost
+    assert lost[0]["payload"]["reason"] in state.message, (lost, state.message)
+
+
+def _lost_events(api: str, flow_run_id: str) -> list[dict[str, object]]:
+    import httpx
+
+    response = httpx.post(f"{api}/events/filter", timeout=30, json={"limit": 10, "filter": {
+        "event": {"name": ["lease-integrations.lease.lost"]},
+        "related": {"id": [f"prefect.flow-run.{flow_run_id}"]}}})
+    response.raise_for_status()
+    events: list[dict[str, object]] = response.json()["events"]
+    return events
