@@ -91,7 +91,8 @@ class NotReentrant(LeaseBusy):
 
     def _message(self) -> str:
         return (f"lease {self.key!r} is already held by an enclosing block of this thread or "
-                f"task (token {self.token}): leases are not re-entrant; use the outer lease")
+                f"task (holder {printable(str(self.holder))}, token {self.token}): leases are "
+                "not re-entrant; use the outer lease")
 
 
 class LeaseLost(LeaseError):
