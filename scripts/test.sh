@@ -42,7 +42,7 @@ phase() {  # name, command...  (queued; run below)
 phase "airflow" .venv-airflow/bin/pytest "${PY[@]}" --durations=10 tests/airflow "$@"
 # The core env's tests in two phases of similar length: the slow fault, race
 # and stateful tests (real server restarts, many processes) beside the rest.
-SLOW_CORE=(tests/faults tests/safety tests/race tests/stateful)
+SLOW_CORE=(tests/faults tests/race tests/safety tests/stateful)  # this order: safety imports its conftest by name
 phase "faults, races and stateful" .venv/bin/pytest "${PY[@]}" --durations=10 "${SLOW_CORE[@]}" "$@"
 phase "core, stores and console" .venv/bin/pytest "${PY[@]}" --durations=10 tests \
   --ignore=tests/airflow --ignore=tests/airflow_ui --ignore=tests/prefect --ignore=tests/smoke \
