@@ -1,7 +1,7 @@
 /*
  * lease.pml: the lease protocol of lease_integrations, for the SPIN model checker.
  *
- *   spin -a proof/lease.pml && cc -O2 -DSAFETY -o pan pan.c && ./pan -m100000
+ *   spin -a proof/lease.pml && cc -O1 -DSAFETY -o pan pan.c && ./pan -m1000000
  *   spin -a -DMUTANT_NO_MARGIN proof/lease.pml ...     (each mutant must fail)
  *
  * docs/concepts/proof.md states the assumptions and properties in words;
@@ -10,9 +10,9 @@
  * Actors and the code they stand for:
  *   Clock   - time: the store's clock (`now`, one tick per step), each holder's
  *             time.monotonic() (lc(i)) and the fail-stop deadline (core/failstop.py).
- *   Store   - the faults around the store: replication to a lagging replica,
- *             failover to it, deleting the lease row (with its token), an
- *             operator's force_release (stores/*.py, cli.py `leasectl break`).
+ *   Store   - the faults around the store: an operator's force_release (cli.py
+ *             `leasectl break`), data loss (the record and its token counter
+ *             gone) and failover to a replica that missed renewals (stores/*.py).
  *             The store's own operations (acquire, renew, release) are atomic
  *             steps inside Holder, run where the request reaches the store.
  *   Holder  - one process holding the key (core/lock.py LeaseLock.hold, Hold),
@@ -21,10 +21,15 @@
  *             and fenced writes (core/fencing/: a guard in the resource).
  *   Monitor - property 3, checked in every reachable state.
  *
- * Units: one tick = 1/7 of the ttl.  TTL 7, MARGIN 5, so the holder trusts a
+ * Units: one tick = a quarter of the ttl.  TTL 4, MARGIN 2: the holder trusts a
  * lease for W = TTL - MARGIN = 2 ticks after the start of the attempt that
- * granted or renewed it; fail-stop ends the process within STOP = 0.8 * MARGIN
- * = 4 ticks after its trust window closes (core/failstop.py STOP_SHARE).
+ * granted or renewed it.  Fail-stop ends the process within STOP = MARGIN -
+ * DRIFT ticks after its trust window closes: the code's split of the margin
+ * (0.8 for the ladder, 0.2 for drift: core/failstop.py STOP_SHARE) at the
+ * integers the model can afford.
+ *
+ * The test runs two configurations: -DHORIZON=7 -DMAXFAULTS=0 ("clocks") and
+ * -DHORIZON=5 -DMAXFAULTS=1 ("faults").
  */
 
 #ifndef N
@@ -181,9 +186,10 @@ end:
 }
 
 /* ---- Holder ---------------------------------------------------------------
- * Every step is atomic.  Steps of the process need it running (!frozen);
- * steps of the store (a request arriving there) do not: requests in flight
- * are delayed for any time, and a frozen process's requests still land.
+ * Every step is atomic and may wait any number of ticks (a pause).  Steps of
+ * the store (a request arriving there) are separate from the holder's own:
+ * requests in flight are delayed for any time, and land even while (or after)
+ * the process that sent them is paused (or gone).
  */
 proctype Holder(byte i) {
   bit ok, closed, refused;
