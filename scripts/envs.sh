@@ -105,6 +105,14 @@ ensure_servers() {
   export LEASE_TEST_MONGO_PYTHON="$ROOT/.venv-mongo/bin/python"
 }
 
+ensure_spin() {
+  # Debian's SPIN model checker for tests/proof (proof/lease.pml); the system cc compiles its verifier.
+  if command -v spin >/dev/null 2>&1; then return; fi
+  echo "==> installing spin (Debian package)" >&2
+  local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq >/dev/null && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq spin >/dev/null
+}
+
 ensure_browser() {
   # Debian's chromium for the Airflow UI test (tests/airflow_ui), driven over
   # the DevTools protocol: nothing is downloaded when the tests run.

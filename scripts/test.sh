@@ -14,6 +14,7 @@ source scripts/envs.sh
 set -e
 ensure_core_env
 ensure_servers
+ensure_spin
 ensure_browser
 ensure_mongo_env
 ensure_airflow_env
