@@ -96,7 +96,7 @@ def start_child_and_wait(**context: Any) -> None:
     while not {"child0", "child1"} <= ({line.split()[1] for line in ticks.read_text(
             ).splitlines()} if ticks.exists() else set()):
         time.sleep(0.01)  # until the child and the grandchild both tick
-    (directory / "pids").write_text(" ".join(str(pid) for pid, _ in descendants()))
+    (directory / "pids").write_text(" ".join(str(pid) for pid in descendants()))
     child.wait()
     (directory / "ended").write_text(f"{time.time():.6f}")
 
