@@ -17,6 +17,8 @@ import httpx
 import pytest
 from api_server import ApiServer, poll
 
+from lease_integrations import LEASE_LOST_EXIT_STATUS
+
 #: The live holder the console's break test uses; the UI's break must do to it
 #: exactly what ``leasectl break`` does.
 HOLDER = Path(__file__).resolve().parents[1] / "cli" / "holder_process.py"
@@ -65,16 +67,19 @@ def key() -> str:
 @dataclass
 class Holder:
     """A live holder in another process (tests/cli/holder_process.py): it
-    holds ``key`` under ``hold()`` with meta dag_id=billing, run_id=live."""
+    holds ``key`` under ``hold()`` (fail-stop) with meta dag_id=billing, run_id=live."""
 
     key: str
     token: int
     name: str
     out: Path
+    proc: subprocess.Popen[bytes]
 
-    def raised(self) -> str | None:
-        path = self.out / "raised"
-        return path.read_text() if path.exists() else None
+    def stopped(self) -> str | None:
+        """The loss reason once fail-stop has ended the holder (exit 75), else None."""
+        if self.proc.poll() != LEASE_LOST_EXIT_STATUS:
+            return None
+        return (self.out / "callback").read_text()
 
 
 @pytest.fixture
@@ -86,11 +91,10 @@ def holder(api_server: ApiServer, key: str, tmp_path: Path) -> Iterator[Holder]:
         ready = poll(lambda: (out / "ready").exists() and (out / "ready").read_text(),
                      "the holder process to hold its lease", 60.0, 0.1)
         token, name = ready.split(" ", 1)
-        yield Holder(key, int(token), name, out)
+        yield Holder(key, int(token), name, out, proc)
     finally:
-        (out / "stop").touch()  # ends a holder that was broken (it waits for this)
-        if not (out / "raised").exists():
-            proc.terminate()  # one still holding: its lease just expires (ttl 3 s)
+        if proc.poll() is None:
+            proc.terminate()  # one still holding: SIGTERM gives its lease back
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:

@@ -31,7 +31,7 @@ def test_anonymous_requests_get_401_and_no_lease_data(http: httpx.Client, holder
     form = http.post("/leases/break", data={"key": holder.key, "token": str(holder.token)})
     header = http.post(f"/leases/api/break?key={holder.key}", headers={"X-Lease-Break": holder.key})
     assert (form.status_code, header.status_code) == (401, 401)
-    assert holder.raised() is None
+    assert holder.stopped() is None
 
 
 def test_viewer_sees_a_live_holder_and_its_history_but_may_not_break(
@@ -65,7 +65,7 @@ def test_viewer_sees_a_live_holder_and_its_history_but_may_not_break(
     ]
     assert [r.status_code for r in refused] == [403, 403, 403], [r.text for r in refused]
     assert _current_holder(api_server, holder.key) == holder.name
-    assert holder.raised() is None
+    assert holder.stopped() is None
 
 
 def test_a_cross_site_post_without_the_confirmation_is_refused(
@@ -83,7 +83,7 @@ def test_a_cross_site_post_without_the_confirmation_is_refused(
     ]
     assert [r.status_code for r in attempts] == [403, 403, 403], [r.text for r in attempts]
     assert _current_holder(api_server, holder.key) == holder.name
-    assert holder.raised() is None
+    assert holder.stopped() is None
 
 
 def test_admin_breaks_through_the_two_step_page_and_the_holder_gets_lease_lost(
@@ -100,8 +100,8 @@ def test_admin_breaks_through_the_two_step_page_and_the_holder_gets_lease_lost(
     assert broken.status_code == 200, broken.text
     assert "recorded as broken by admin" in broken.text
 
-    reason = poll(holder.raised, "the holder to raise LeaseLost", 30.0, 0.1)
-    assert holder.key in reason
+    reason = poll(holder.stopped, "fail-stop to end the holder", 30.0, 0.1)
+    assert "refused" in reason  # the holder's renewal was refused: its on_lost callback ran
     history = http.get(f"/leases/api/history?key={holder.key}", headers=admin).json()["events"]
     broke = [e for e in history if e["kind"] == "broken"]
     assert [(e["token"], e["detail"].get("by")) for e in broke] == [(holder.token, "admin")]
@@ -121,7 +121,7 @@ def test_a_script_breaks_with_the_header(
     response = http.post(f"/leases/api/break?key={holder.key}&token={holder.token}", headers=admin)
     assert response.status_code == 200
     assert response.json()["broken"] is True and response.json()["by"] == "admin"
-    poll(holder.raised, "the holder to raise LeaseLost", 30.0, 0.1)
+    poll(holder.stopped, "fail-stop to end the holder", 30.0, 0.1)
 
 
 def test_auth_matrix(http: httpx.Client, tokens: dict[str, str], holder: Holder) -> None:
