@@ -32,9 +32,9 @@ def _parents() -> dict[int, int]:
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
                 stat = f.read().decode("ascii", "replace")
-        except OSError:
-            continue  # gone meanwhile
-        state, ppid = stat[stat.rindex(")") + 2:].split()[:2]  # the name may hold ')'
+            state, ppid = stat[stat.rindex(")") + 2:].split()[:2]  # the name may hold ')'
+        except (OSError, ValueError):
+            continue  # gone meanwhile (an exiting process may show an empty stat)
         if state not in ("Z", "X"):
             parents[int(name)] = int(ppid)
     return parents

@@ -107,7 +107,11 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
         for hook in hooks:
             _bounded(hook, deadline, f"stop hook {hook!r}")
         _bounded(lambda: _release_others(lease), deadline, "releasing the other leases")
-        frozen = freeze(known=started_with)  # no descendant works from here on
+        try:
+            frozen = freeze(known=started_with)  # no descendant works from here on
+        except Exception:  # never skip the kill: fall back to what was seen at the start
+            log.exception("fail-stop: walking the process tree failed")
+            frozen = started_with
         _flush()
         end_frozen(frozen, lease.grace, after_we_exit=True)
     finally:

@@ -40,7 +40,8 @@ TICKER = """
 import os, subprocess, sys, time
 path, depth = sys.argv[1], int(sys.argv[2])
 if depth:
-    subprocess.Popen([sys.executable, "-c", sys.argv[3], path, "0", ""], start_new_session=True)
+    subprocess.Popen([sys.executable, "-c", sys.argv[3], path, "0", ""], start_new_session=True,
+                     stdout=subprocess.DEVNULL)
 fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 while True:
     os.write(fd, f"{time.time():.6f} child{depth}\\n".encode())
@@ -111,7 +112,8 @@ def main() -> None:
                         pool.submit(work, f"thread{i}")
                     working.wait()
                 child = subprocess.Popen([sys.executable, "-c", TICKER, str(args.dir / "ticks"),
-                                          "1", TICKER], start_new_session=True)
+                                          "1", TICKER], start_new_session=True,
+                                         stdout=subprocess.DEVNULL)
                 while not {"child0", "child1"} <= set((args.dir / "ticks").read_text().split()):
                     time.sleep(0.01)  # until the child and the grandchild both tick
                 from lease_integrations.core.descendants import descendants

@@ -72,7 +72,9 @@ def test_a_lost_lease_ends_the_whole_job(url: str, key: str, shape: str, tmp_pat
                 assert store.force_release(key, by="test") is not None
         assert job.wait(timeout=20) == LEASE_LOST_EXIT_STATUS, "the job was not stopped by fail-stop"
         ended = time.time()
-        assert job.stdout is not None and "the block ended" not in job.stdout.read()
+        assert job.stdout is not None
+        assert select.select([job.stdout], [], [], 10)[0], "the job's stdout stayed open"
+        assert "the block ended" not in job.stdout.read()
         lost_at = float((tmp_path / "lost").read_text())
         log = ticks(tmp_path)
         last_work = max((at for at, _ in log), default=lost_at)
