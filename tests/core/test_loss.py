@@ -88,12 +88,17 @@ def test_a_lost_lease_ends_the_whole_job(url: str, key: str, shape: str, tmp_pat
         if shape in ("child", "hook-ends-child"):
             assert {"child0", "child1"} <= {who for _, who in log}, "no grandchild ran"
     finally:
-        if job.poll() is None:
-            job.kill()
-            job.wait()
-        for pid in pids:
-            if alive(pid):
-                os.kill(pid, 9)
+        kill_left(job, pids)
+
+
+def kill_left(job: subprocess.Popen[str], pids: list[int]) -> None:
+    """After a failed check: nothing this test started may outlive it."""
+    if job.poll() is None:
+        job.kill()
+        job.wait()
+    for pid in pids:
+        if alive(pid):
+            os.kill(pid, 9)
 
 
 def wait_gone(pids: list[int]) -> None:
@@ -135,9 +140,4 @@ def test_trust_window_all_work_stops_before_the_contenders_grant(redis_url: str,
     finally:
         proxy.close()
         store.close()
-        if job.poll() is None:
-            job.kill()
-            job.wait()
-        for pid in pids:
-            if alive(pid):
-                os.kill(pid, 9)
+        kill_left(job, pids)
