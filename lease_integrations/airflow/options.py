@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from lease_integrations import ConfigurationError, LeaseLock, LeaseStore
 from lease_integrations.core import (
     ON_BUSY_POLICIES,
-    ON_LOST_POLICIES,
     validate_heartbeat,
     validate_key,
+    validate_on_lost,
     validate_policy,
     validate_ttl,
     validate_wait,
@@ -33,11 +33,6 @@ DEFAULT_TTL = 60.0
 #: the resumed try runs (apache/airflow#72716; see docs/airflow/operations.md).
 DEFAULT_DEFER_SETTLE = 10.0
 
-#: The loss policies a task can use: ``cancel`` needs an asyncio task to cancel,
-#: and a task's callable runs on a thread (the core would refuse it at run time).
-AIRFLOW_ON_LOST_POLICIES = ("exit", "check")
-
-
 @dataclass(frozen=True)
 class LeaseOptions:
     lease_key: str | None = None
@@ -53,11 +48,7 @@ class LeaseOptions:
 
     def __post_init__(self) -> None:
         validate_policy(self.on_busy, ON_BUSY_POLICIES, "on_busy")
-        validate_policy(self.on_lost, ON_LOST_POLICIES, "on_lost")
-        if self.on_lost not in AIRFLOW_ON_LOST_POLICIES:
-            raise ConfigurationError(
-                f"on_lost={self.on_lost!r} applies to async code (hold_async) only; a task's "
-                "callable runs on a thread: choose 'exit' or 'check'")
+        validate_on_lost(self.on_lost, runs_async=False, subject="code, not a task's callable")
         validate_heartbeat(self.lease_heartbeat, validate_ttl(self.lease_ttl, "lease_ttl"))
         if not isinstance(self.lease_conn_id, str) or not self.lease_conn_id:
             raise ConfigurationError(

@@ -36,6 +36,7 @@ from .validation import (
     validate_heartbeat,
     validate_key,
     validate_meta,
+    validate_on_lost,
     validate_policy,
     validate_ttl,
     validate_wait,
@@ -425,9 +426,7 @@ class Hold:
     """The context manager ``hold()`` and ``hold_adopted()`` return."""
 
     def __init__(self, lock: LeaseLock, take: Callable[[], Lease], *, release: bool) -> None:
-        if lock.on_lost == "cancel":
-            raise ConfigurationError("on_lost='cancel' applies to hold_async() only: a thread "
-                                     "cannot be cancelled; use 'exit' or 'check' with hold()")
+        validate_on_lost(lock.on_lost, runs_async=False)
         self.lock = lock
         self._take = take
         self._release = release

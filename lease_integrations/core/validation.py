@@ -105,6 +105,18 @@ def validate_policy(value: object, allowed: tuple[str, ...], name: str) -> str:
     return str(value)
 
 
+def validate_on_lost(value: object, *, runs_async: bool, subject: str = "code") -> str:
+    """The loss policy, for code that runs on a thread or in an asyncio task:
+    ``cancel`` needs a task to cancel, and a thread cannot be cancelled. One
+    rule for ``hold()``, Airflow tasks and Prefect flows alike."""
+    policy = validate_policy(value, ON_LOST_POLICIES, "on_lost")
+    if policy == "cancel" and not runs_async:
+        raise ConfigurationError(
+            f"on_lost='cancel' applies to async {subject} only (hold_async()): a thread "
+            "cannot be cancelled; use 'exit' or 'check'")
+    return policy
+
+
 def validate_meta(meta: object, name: str = "meta") -> dict[str, Any]:
     """A plain copy of ``meta`` if it is a JSON object every store keeps
     alike, else ``ConfigurationError`` naming the key path and the problem.

@@ -41,9 +41,9 @@ from prefect.flows import Flow
 from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock, LeaseStore
 from lease_integrations.core import (
     ON_BUSY_POLICIES,
-    ON_LOST_POLICIES,
     stop_hook,
     validate_heartbeat,
+    validate_on_lost,
     validate_policy,
     validate_ttl,
     validate_wait,
@@ -76,12 +76,8 @@ class LeasePlan:
         self.ttl = validate_ttl(ttl)
         self.heartbeat = validate_heartbeat(heartbeat, self.ttl)
         self.on_busy = validate_policy(on_busy, ON_BUSY_POLICIES, "on_busy")
-        self.on_lost = validate_policy(on_lost, ON_LOST_POLICIES, "on_lost")
-        if self.on_lost == "cancel" and not inspect.iscoroutinefunction(fn):
-            raise ConfigurationError(
-                f"on_lost='cancel' applies to async flows only ({flow_name!r} is sync: a "
-                "thread cannot be cancelled); use 'exit' or 'check'"
-            )
+        self.on_lost = validate_on_lost(on_lost, runs_async=inspect.iscoroutinefunction(fn),
+                                        subject="flows")
         if wait_timeout is not None and self.on_busy != "wait":
             raise ConfigurationError(
                 f"wait_timeout={wait_timeout!r} only applies to on_busy='wait' "
