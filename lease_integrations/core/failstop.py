@@ -122,6 +122,9 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
 SIGTERM_RELEASE_TIMEOUT = 2.0
 
 
+_sigterm_checked = False
+
+
 def release_on_sigterm() -> None:
     """Make SIGTERM give the process's leases back before it ends the process,
     as systemd, Kubernetes and every process manager stop a job (Ctrl-C
@@ -129,8 +132,10 @@ def release_on_sigterm() -> None:
     only while SIGTERM has its default action: an orchestrator's own handler
     (Airflow's task runner, a Prefect worker's) is left alone. No exception is
     raised into the job: the process then ends by SIGTERM as it would have."""
-    if threading.current_thread() is not threading.main_thread():
+    global _sigterm_checked
+    if _sigterm_checked or threading.current_thread() is not threading.main_thread():
         return
+    _sigterm_checked = True  # once per process: whoever sets a handler later owns SIGTERM
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
 

@@ -426,7 +426,8 @@ class Hold:
     """The context manager ``hold()`` and ``hold_adopted()`` return."""
 
     def __init__(self, lock: LeaseLock, take: Callable[[], Lease], *, release: bool) -> None:
-        validate_on_lost(lock.on_lost, runs_async=False)
+        if lock.on_lost == "cancel":  # the lock validated the rest when it was made
+            validate_on_lost(lock.on_lost, runs_async=False)
         self.lock = lock
         self._take = take
         self._release = release
