@@ -25,7 +25,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from redis.exceptions import RedisClusterException
@@ -42,7 +42,14 @@ from ..core.store import (
     RenewItem,
     readable_records,
 )
-from . import redis_checks, redis_cluster_batch, redis_connect, redis_scripts
+from . import (
+    redis_checks,
+    redis_cluster_batch,
+    redis_connect,
+    redis_history,
+    redis_scripts,
+    redis_wire,
+)
 from .redis_eviction import check_eviction_policy
 
 log = logging.getLogger("lease_integrations")
@@ -55,6 +62,10 @@ DEFAULT_TIMEOUT = redis_connect.DEFAULT_TIMEOUT
 #: Leases per RENEW_MANY call: bounds the time one script holds the server
 #: (about 1 us per lease) and the size of one request.
 RENEW_BATCH = 500
+
+
+#: ``json.dumps(value, default=str)`` without building an encoder per call.
+_to_json = json.JSONEncoder(default=str).encode
 
 
 def _ms(value: Any) -> datetime:
@@ -70,20 +81,16 @@ def _token(value: Any) -> int:
     return int(value)
 
 
-def _detail(detail: Mapping[str, Any] | None) -> str:
-    return json.dumps(dict(detail or {}), default=str)
+class _Keys(NamedTuple):
+    """The key lists of one lease's script calls (see ``redis_scripts``)."""
 
-
-def _event_head(kind: str, detail_json: str, holder: str | None = None, *,
-                with_holder: bool = True) -> str:
-    """The start of an event's JSON object; the script appends token and time
-    (and, for a break, the holder it found)."""
-    fields = [f'"kind": {json.dumps(kind)}']
-    if with_holder:
-        fields.append(f'"holder": {json.dumps(holder)}')
-    fields.append(f'"detail": {detail_json}')
-    return "{" + ", ".join(fields)
-
+    acquire: list[str]
+    rec: list[str]
+    release: list[str]
+    event: list[str]
+    force: list[str]
+    wake: str
+    waiting: str
 
 
 class _Errors:
@@ -143,8 +150,6 @@ class RedisStore(LeaseStore):
         else:
             redis_connect.adopt_client(renew_client)
         self._renew_client = renew_client
-        pool = getattr(client, "connection_pool", None)  # RedisCluster has none (and db 0)
-        self._db = int(getattr(pool, "connection_kwargs", {}).get("db", 0) or 0)
         scripts = redis_scripts
         self._acquire = client.register_script(scripts.ACQUIRE)
         self._renew = renew_client.register_script(scripts.RENEW)
@@ -153,12 +158,18 @@ class RedisStore(LeaseStore):
         self._force = client.register_script(scripts.FORCE_RELEASE)
         self._get = client.register_script(scripts.GET)
         self._event = client.register_script(scripts.RECORD_EVENT)
+        # The hot calls, packed by hand (``redis_wire``) except on a Cluster,
+        # whose client routes every call by slot. Both take (keys, args).
+        self._call_acquire, self._call_renew, self._call_renew_many, self._call_release = (
+            (script if self._cluster else redis_wire.ScriptCall(owner, script))
+            for owner, script in ((client, self._acquire), (renew_client, self._renew),
+                                  (renew_client, self._renew_many), (client, self._release)))
         # Waiters block on a connection each: their own pool, so a crowd of
         # waiters never starves acquires and releases of connections.
         self._wait_client = redis_connect.wait_client_for(client) or client
         timeout = redis_connect.socket_timeout_of(client)
         self._wait_slice = max(0.05, timeout - 1.0) if timeout else 60.0
-        self._key_cache: dict[str, tuple[list[str], list[str], list[str]]] = {}
+        self._key_cache: dict[str, _Keys] = {}
         self._errors = _Errors(self.url)
         try:
             self._connect_check()
@@ -189,7 +200,7 @@ class RedisStore(LeaseStore):
             self._client, [self._acquire, self._renew, self._renew_many, self._release, self._force,
                            self._get, self._event],
             cluster=self._cluster, probe_key=self._keys("acl-probe", "rec")[0],
-            probe_channel=self._channel("acl-probe"), prefix=self.prefix, url=self.url,
+            prefix=self.prefix, url=self.url,
             renew_client=self._renew_client)
 
 
@@ -200,21 +211,18 @@ class RedisStore(LeaseStore):
         tag = self._tag(key)
         return [f"{tag}:{name}" for name in names]
 
-    def _prepared(self, key: str) -> tuple[list[str], list[str], list[str]]:
-        """The key names a lease's scripts take: [rec, hist], [rec] and
-        [rec, hist, wake], built once per key (a lock calls with the same key
-        every time)."""
+    def _prepared(self, key: str) -> _Keys:
+        """The key names a lease's scripts take, built once per key (a lock
+        calls with the same key every time)."""
         found = self._key_cache.get(key)
         if found is None:
             if len(self._key_cache) > 4096:  # bounded: a process touching many keys
                 self._key_cache.clear()
-            every = self._keys(key, "rec", "hist", "wake")
-            found = self._key_cache[key] = (every[:2], every[:1], every)
+            rec, log, wake, waiting = self._keys(key, "rec", "log", "wake", "waiting")
+            found = self._key_cache[key] = _Keys(
+                acquire=[rec, log, waiting], rec=[rec], release=[rec, log, wake, waiting],
+                event=[rec, log], force=[rec, log, wake], wake=wake, waiting=waiting)
         return found
-
-    def _channel(self, key: str) -> str:
-        # PUBLISH ignores the db number: put it in the channel so dbs do not cross-wake.
-        return f"{self._tag(key)}:released@{self._db}"
 
     def _record(self, key: str, reply: Any) -> LeaseRecord | None:
         """A flat record reply (see redis_scripts) as a record; a field that
@@ -232,11 +240,11 @@ class RedisStore(LeaseStore):
     def acquire(self, key: str, holder: str, secret: str, ttl: float,
                 meta: Mapping[str, Any]) -> AcquireResult:
         plain = dict(meta)
-        meta_json = json.dumps(plain, default=str)
-        keys = self._prepared(key)[0]
+        meta_json = _to_json(plain)
+        keys = self._prepared(key).acquire
         with self._errors:
-            reply = self._acquire(keys=keys, args=[holder, secret, max(1, round(ttl * 1000)),
-                                                   meta_json])
+            reply = self._call_acquire(keys, (holder, secret, str(max(1, round(ttl * 1000))),
+                                              meta_json))
         if not reply or reply[0] != 1:
             return AcquireResult(False, self._record(key, reply))
         _, token, now, expires = reply
@@ -249,8 +257,8 @@ class RedisStore(LeaseStore):
 
     def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
         with self._errors:
-            done = self._renew(keys=self._prepared(key)[1],
-                               args=[secret, str(token), max(1, round(ttl * 1000))])
+            done = self._call_renew(self._prepared(key).rec,
+                                    (secret, str(token), str(max(1, round(ttl * 1000)))))
         return bool(done)
 
     def renew_many(self, items: Sequence[RenewItem]) -> builtins.list[bool | None]:
@@ -260,33 +268,30 @@ class RedisStore(LeaseStore):
         at once (``redis_cluster_batch``); a lease whose node gave no verdict
         is None (retried by the heartbeat), never False (lost)."""
         if self._cluster:
-            calls = [(self._prepared(key)[1][0], secret, str(token), max(1, round(ttl * 1000)))
+            calls = [(self._prepared(key).rec[0], secret, str(token), max(1, round(ttl * 1000)))
                      for key, secret, token, ttl in items]
             with self._errors:
                 return redis_cluster_batch.renew_per_node(self._renew_client, self._renew, calls)
         out: builtins.list[bool | None] = []
         for start in range(0, len(items), RENEW_BATCH):
             chunk = items[start:start + RENEW_BATCH]
-            keys = [self._prepared(key)[1][0] for key, _, _, _ in chunk]
-            args: builtins.list[Any] = []
+            keys = [self._prepared(key).rec[0] for key, _, _, _ in chunk]
+            args: builtins.list[str] = []
             for _, secret, token, ttl in chunk:
-                args += (secret, str(token), max(1, round(ttl * 1000)))
+                args += (secret, str(token), str(max(1, round(ttl * 1000))))
             with self._errors:
-                replies = self._renew_many(keys=keys, args=args)
+                replies = self._call_renew_many(keys, args)
             out += [bool(r) for r in replies]
         return out
 
     def release(self, key: str, secret: str, token: int) -> bool:
         with self._errors:
-            done = self._release(
-                keys=self._prepared(key)[2],
-                args=[secret, str(token), self._channel(key)],
-            )
+            done = self._call_release(self._prepared(key).release, (secret, str(token)))
         return bool(done)
 
     def get(self, key: str) -> LeaseRecord | None:
         with self._errors:
-            return self._record(key, self._get(keys=self._prepared(key)[1]))
+            return self._record(key, self._get(keys=self._prepared(key).rec))
 
     def list(self, prefix: str = "") -> RecordList:
         start = f"{{{self.prefix}:"
@@ -296,63 +301,64 @@ class RedisStore(LeaseStore):
             keys = [n[len(start):-len("}:rec")] for n in names]
             keys = [k for k in keys if k.startswith(prefix)]
             if self._cluster:  # a Cluster pipeline cannot carry scripts; SCAN saw every primary
-                replies = [self._get(keys=self._prepared(k)[1]) for k in keys]
+                replies = [self._get(keys=self._prepared(k).rec) for k in keys]
             else:
                 pipe = self._client.pipeline(transaction=False)
                 for k in keys:
-                    self._get(keys=self._prepared(k)[1], client=pipe)
+                    self._get(keys=self._prepared(k).rec, client=pipe)
                 replies = pipe.execute() if keys else []
         return readable_records(zip(keys, replies, strict=True),
                                 lambda pair: self._record(pair[0], pair[1]))
 
     def force_release(self, key: str, by: str, token: int | None = None) -> LeaseRecord | None:
-        head = _event_head("broken", _detail({"by": by}), with_holder=False)
         with self._errors:
-            reply = self._force(keys=self._prepared(key)[2],
-                                args=[head, self._channel(key),
-                                      "" if token is None else str(int(token))])
+            reply = self._force(keys=self._prepared(key).force,
+                                args=[by, "" if token is None else str(int(token))])
         return self._record(key, reply)
 
     def history(self, key: str, limit: int = 50) -> builtins.list[LeaseEvent]:
+        """The Stream's newest entries and, in the same round trip, the list
+        an earlier version may still append to during a rolling upgrade."""
         limit = min(int(limit), HISTORY_LIMIT)
         if limit <= 0:
             return []
+        log_key, old_key = self._keys(key, "log", "hist")
         with self._errors:
-            raw = self._client.lrange(self._prepared(key)[0][1], -limit, -1)
-        events: builtins.list[LeaseEvent] = []
-        for line in raw:
-            try:
-                e = json.loads(line)
-                at = _ms(e["at"])
-                events.append(LeaseEvent(key, e["kind"], int(e["token"]), e["holder"], at,
-                                         e.get("detail") or {}))
-            except (ValueError, TypeError, KeyError):
-                continue  # a garbage history line hides itself, not the rest
-        return events
+            pipe = self._client.pipeline(transaction=False)
+            pipe.xrevrange(log_key, count=limit)
+            pipe.lrange(old_key, -limit, -1)
+            entries, old_lines = pipe.execute()
+        return redis_history.events(key, entries, old_lines, limit)
 
     def record_event(self, key: str, kind: EventKind, holder: str | None, token: int,
                      detail: Mapping[str, Any] | None = None) -> None:
+        fields = redis_history.fields_of(kind, holder, token, dict(detail or {}))
         with self._errors:
-            head = _event_head(kind, _detail(detail), holder)
-            self._event(keys=self._prepared(key)[0], args=[head, str(token)])
+            self._event(keys=self._prepared(key).event, args=fields)
 
     def wait_for_release(self, key: str, timeout: float) -> bool:
         """Block on the key's wake-up list (``BLPOP``): a release pushes one
         element, so it wakes one waiter, the one that blocked first, instead
-        of every waiter racing for the key. Blocks in slices shorter than the
-        socket timeout. Connection trouble makes the wait a plain sleep
-        returning False: the caller's next acquire reports an outage, or its
-        polling takes over."""
+        of every waiter racing for the key. Each slice first raises the
+        key's waiting flag for its own length (a release pushes a wake-up
+        only while it is up; a busy acquire raised it already, so a release
+        between that answer and this wait is not missed). Blocks in slices
+        shorter than the socket timeout. Connection trouble makes the wait a
+        plain sleep returning False: the caller's next acquire reports an
+        outage, or its polling takes over."""
         if timeout <= 0:
             return False
-        wake = self._prepared(key)[2][2]
+        keys = self._prepared(key)
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0.001:
                 return False
+            slice_ = min(remaining, self._wait_slice)
             try:
-                if self._wait_client.blpop([wake], timeout=min(remaining, self._wait_slice)):
+                self._wait_client.set(keys.waiting, "1",
+                                      px=round(slice_ * 1000) + redis_scripts.WAIT_WINDOW_MS)
+                if self._wait_client.blpop([keys.wake], timeout=slice_):
                     return True
             except (redis.RedisError, RedisClusterException) as exc:
                 log.debug("waiting on %s failed: %s", key, exc)

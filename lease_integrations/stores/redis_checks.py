@@ -4,10 +4,9 @@ load, and the connected user holds every ACL right the store will ever use.
 Without the rights probe a least-privilege user finds a missing right late and
 in the wrong shape: a missing ``+time`` (scripts call ``TIME``, and commands
 inside scripts are checked against the caller's ACL) fails the first acquire
-as an outage, and missing channel rights quietly turn notified waits into
-polling. The probe is one script run as the connected user: Redis 7's
-``redis.acl_check_cmd`` answers "may this user run this command on this key /
-channel" without running anything, so it needs no admin rights (unlike
+as an outage. The probe is one script run as the connected user: Redis 7's
+``redis.acl_check_cmd`` answers "may this user run this command on this key"
+without running anything, so it needs no admin rights (unlike
 ``ACL GETUSER`` / ``ACL DRYRUN``) and touches no data. On Redis 6 the function
 does not exist and the probe is skipped.
 
@@ -30,17 +29,18 @@ from .redis_connect import short_error
 
 #: Commands the store sends itself (outside its scripts): script calls, the
 #: connect check, ``list`` (SCAN; and SCRIPT EXISTS, which redis-py sends before
-#: a pipeline of scripts), ``history`` (LRANGE), ``wait_for_release`` (BLPOP)
-#: and the eviction-policy check (INFO). Channels: only the scripts' PUBLISH.
+#: a pipeline of scripts), ``history`` (XREVRANGE, and LRANGE for the list an
+#: earlier version wrote), ``wait_for_release`` (BLPOP) and the eviction-policy
+#: check (INFO). The store uses no channels.
 CLIENT_COMMANDS = ("evalsha", "script|load", "script|exists", "ping", "info", "scan", "exists",
-                   "lrange", "blpop")
+                   "xrevrange", "lrange", "blpop")
 
 #: What redis-py's RedisCluster client sends besides: the slot map and the
 #: command table (to find each command's keys).
 CLUSTER_COMMANDS = ("cluster|slots", "command")
 
-#: The arguments each command is checked with: K is a key under the prefix,
-#: C a channel under it. ``redis.acl_check_cmd`` does not check arity, and
+#: The arguments each command is checked with: K is a key under the prefix.
+#: ``redis.acl_check_cmd`` does not check arity, and
 #: Redis 7.0 crashes on a keyed command given fewer arguments than its key
 #: spec reads (say, EVALSHA without numkeys), so every entry here is a
 #: complete, well-formed call, and a command not listed is never probed (it is
@@ -57,8 +57,7 @@ PROBE_ARGS: dict[str, tuple[str, ...]] = {
     "hincrby": ("K", "f", "1"), "hmset": ("K", "f", "v"),
     "rpush": ("K", "v"), "lpush": ("K", "v"), "ltrim": ("K", "0", "1"),
     "lrange": ("K", "0", "1"), "llen": ("K",), "lindex": ("K", "0"),
-    "publish": ("C", "m"), "spublish": ("C", "m"), "subscribe": ("C",),
-    "ssubscribe": ("C",), "unsubscribe": ("C",), "sunsubscribe": ("C",),
+    "xadd": ("K", "*", "f", "v"), "xrevrange": ("K", "+", "-"),
 }
 
 _SEP = "\x1f"
@@ -79,14 +78,14 @@ return missing
 """
 
 
-def probe_calls(commands: Iterable[str], key: str, channel: str) -> list[tuple[str, str]]:
+def probe_calls(commands: Iterable[str], key: str) -> list[tuple[str, str]]:
     """(command, encoded call) for every command we know how to probe safely."""
     calls = []
     for name in commands:
         if name not in PROBE_ARGS:
             continue
         words = [*name.split("|"),
-                 *({"K": key, "C": channel}.get(a, a) for a in PROBE_ARGS[name])]
+                 *(key if a == "K" else a for a in PROBE_ARGS[name])]
         calls.append((name, _SEP.join(words)))
     return calls
 
@@ -103,9 +102,9 @@ def required_commands(scripts: Iterable[str], *, cluster: bool = False) -> list[
 
 def acl_rule(prefix: str, scripts: Iterable[str], *, cluster: bool = False) -> str:
     """The least-privilege ACL rule for a store with this key prefix, in
-    ``ACL SETUSER`` syntax (keys, channels, commands)."""
+    ``ACL SETUSER`` syntax (keys, no channels, commands)."""
     commands = " ".join(f"+{c}" for c in required_commands(scripts, cluster=cluster))
-    return f"resetkeys ~{{{prefix}:* resetchannels &{{{prefix}:* -@all {commands}"
+    return f"resetkeys ~{{{prefix}:* resetchannels -@all {commands}"
 
 
 def _refused(url: str, what: str, rule: str) -> ConfigurationError:
@@ -115,7 +114,7 @@ def _refused(url: str, what: str, rule: str) -> ConfigurationError:
 
 
 def connect_check(client: Any, scripts: Sequence[Any], *, cluster: bool, probe_key: str,
-                  probe_channel: str, prefix: str, url: str, renew_client: Any = None) -> None:
+                  prefix: str, url: str, renew_client: Any = None) -> None:
     """PING, SCRIPT LOAD every script, then the rights probe; a separate
     ``renew_client`` is PINGed too, so the first renewal finds its connection
     open. A connection
@@ -137,13 +136,12 @@ def connect_check(client: Any, scripts: Sequence[Any], *, cluster: bool, probe_k
                     pipe.script_load(source)
                 pipe.execute()
             probe = client.register_script(PROBE)
-            calls = probe_calls(required_commands(sources, cluster=cluster), probe_key,
-                                probe_channel)
+            calls = probe_calls(required_commands(sources, cluster=cluster), probe_key)
             missing = probe(keys=[probe_key], args=[encoded for _, encoded in calls])
             if missing and missing != ["?"]:
                 what = ", ".join(f"+{calls[int(i) - 1][0]}" for i in missing)
-                raise _refused(url, f"commands or key/channel rights: {what} "
-                                    f"(checked on key {probe_key!r}, channel {probe_channel!r})",
+                raise _refused(url, f"commands or key rights: {what} "
+                                    f"(checked on key {probe_key!r})",
                                rule)
             if renew_client is not None and renew_client is not client:
                 renew_client.ping()

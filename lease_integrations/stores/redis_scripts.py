@@ -2,7 +2,7 @@
 atomic step on the server and one round trip from the client.
 
 Keys of one lease (all share the hash tag ``{prefix:key}``, so they live in
-one Redis Cluster slot and one script may touch them both):
+one Redis Cluster slot and one script may touch them all):
 
 - ``…:rec``   one hash: holder, secret, token, acquired_at, renewed_at,
   expires_at (milliseconds on the server's ``TIME``) and meta (JSON). Expiry
@@ -10,12 +10,27 @@ one Redis Cluster slot and one script may touch them both):
   key carries a TTL: only an ``allkeys-*`` eviction policy could drop it (the
   store refuses those at connect, see ``redis_eviction``). Release and break
   delete holder and secret; the hash and its token stay.
-- ``…:wake``  a list the waiters ``BLPOP`` on; release and break push one
-  element, so one waiter wakes per release, first blocked first served. It
-  carries no lease state, so it alone has a TTL (``WAKE_TTL_MS``).
-- ``…:hist``  a list of JSON events, appended by the same scripts and trimmed
-  to the newest ``HISTORY_LIMIT`` only once it has grown ``TRIM_SLACK`` past
-  that (``RPUSH`` returns the length, so the check is free).
+- ``…:log``   the history: a Stream, one entry per event, appended by the
+  same script as the change it records and capped by ``XADD … MAXLEN ~``
+  (whole stream nodes are dropped once it has grown past ``HISTORY_LIMIT``, so
+  it holds between the limit and about twice that). An entry is plain
+  field/value pairs (``kind``, ``token``, ``holder``, and ``meta``,
+  ``took_token``/``took_holder``, ``by`` or ``detail`` as the kind needs);
+  its ID's first half is the server's time in milliseconds. Nothing is
+  formatted or JSON-encoded in Lua: the client builds the event when it
+  reads it (``redis_history``).
+- ``…:wake``  a list the waiters ``BLPOP`` on; a release pushes one element
+  (one waiter wakes, first blocked first served), a break too. It carries no
+  lease state, so it alone expires (``WAKE_TTL_MS``).
+- ``…:waiting`` a flag with a TTL: someone may be waiting. A busy answer to
+  an acquire sets it for ``WAIT_WINDOW_MS`` and every wait sets it for its
+  own length, so it is up while any waiter waits; a release pushes a wake-up
+  only while it is. An uncontended release therefore writes no wake-up,
+  reads no clock and publishes nothing.
+- ``…:hist``  the history list earlier versions wrote (one JSON text per event).
+  Nothing here writes it any more; ``history()`` still reads it, so events a
+  process of the older version records during a rolling upgrade (and the
+  events before it) are not lost.
 
 Tokens are floored by the server's clock in microseconds: ``token =
 max(last + 1, now_us)``. A lost hash (failover to a lagging replica,
@@ -35,14 +50,18 @@ from __future__ import annotations
 
 from ..core.store import HISTORY_LIMIT
 
-#: History is trimmed back to HISTORY_LIMIT once it is this much longer.
-TRIM_SLACK = 32
-
 #: How long a wake-up nobody took stays (milliseconds): a waiter between two
 #: BLPOPs still finds it; LeaseLock polls as well, so it need not be longer.
 WAKE_TTL_MS = 10_000
 
-# Shared helpers, prepended to every script. KEYS[1] = rec, KEYS[2] = hist.
+#: How long a busy answer keeps releases waking waiters (milliseconds): it
+#: covers the gap between a waiter's busy answer and its wait (which sets
+#: the flag for its own length); a waiter that gave up costs at most one
+#: wake-up nobody takes.
+WAIT_WINDOW_MS = 5_000
+
+# Shared helpers, prepended to every script. KEYS[1] = rec, KEYS[2] = log;
+# wake() pushes to KEYS[3].
 _PRELUDE = """
 local function fmt(n) return string.format('%.0f', n) end
 local function clock()
@@ -57,49 +76,46 @@ local function record(now)
   if not f[2] then return false end
   return {0, f[1], f[2], f[3], f[4], f[5], now, f[6]}
 end
--- Wake the next waiter (KEYS[3], a list waiters BLPOP on): one element, so
--- one waiter wakes, in the order they blocked. DEL first, so releases nobody
--- waited for leave at most one stale wake-up behind; the list carries no
--- lease state, so it may expire (and must: nothing else removes it).
+-- Wake the next waiter: one element, so one waiter wakes, in the order they
+-- blocked. DEL first, so releases nobody waited for leave at most one stale
+-- wake-up behind; the list carries no lease state, so it may expire (and
+-- must: nothing else removes it).
 local function wake()
   redis.call('DEL', KEYS[3])
   redis.call('RPUSH', KEYS[3], '1')
   redis.call('PEXPIRE', KEYS[3], """ + str(WAKE_TTL_MS) + """)
 end
--- Append one event; trim only now and then. head is the JSON object's start.
--- The constants are part of the script text, not arguments: every argument
--- costs the client an encode per call.
-local function push_event(head, token, now)
-  local n = redis.call('RPUSH', KEYS[2], head .. ',"token":' .. token .. ',"at":' .. fmt(now) .. '}')
-  if n > """ + str(HISTORY_LIMIT + TRIM_SLACK) + """ then
-    redis.call('LTRIM', KEYS[2], -""" + str(HISTORY_LIMIT) + """, -1)
-  end
-end
 """
 
-#: KEYS: rec, hist. ARGV: holder, secret, ttl_ms, meta_json.
-#: Returns {1, token, now, expires} when granted, the busy record otherwise.
+#: The start of every history append: the cap is part of the script text.
+_XADD = "redis.call('XADD', KEYS[2], 'MAXLEN', '~', " + str(HISTORY_LIMIT) + ", '*', "
+
+#: KEYS: rec, log, waiting. ARGV: holder, secret, ttl_ms, meta_json.
+#: Returns {1, token, now, expires} when granted, the busy record otherwise
+#: (and then raises the waiting flag: the caller may wait).
 #: A record whose expires_at cannot be read as a number counts as held (the
 #: client then reports it as corrupt) rather than be granted over.
 ACQUIRE = _PRELUDE + """
 local now, now_us = clock()
 local f = redis.call('HMGET', KEYS[1], 'holder', 'token', 'expires_at')
--- A grant over a record that still names a holder takes over an expired
--- lease: the event names the token and holder it replaced.
-local took = ''
 if f[1] then
   local expires = tonumber(f[3])
-  if expires == nil or expires > now then return record(now) end
-  took = ', "took_over": {"token": ' .. fmt(tonumber(f[2]) or 0) .. ', "holder": ' ..
-         cjson.encode(f[1]) .. '}'
+  if expires == nil or expires > now then
+    redis.call('SET', KEYS[3], '1', 'PX', """ + str(WAIT_WINDOW_MS) + """)
+    return record(now)
+  end
 end
 local token = math.max((tonumber(f[2]) or 0) + 1, now_us)
 local expires = now + tonumber(ARGV[3])
 local t = fmt(token)
 redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'secret', ARGV[2], 'token', t, 'acquired_at', now,
            'renewed_at', now, 'expires_at', expires, 'meta', ARGV[4])
-push_event('{"kind": "acquired", "holder": ' .. cjson.encode(ARGV[1]) ..
-           ', "detail": {"meta": ' .. ARGV[4] .. took .. '}', t, now)
+if f[1] then  -- a grant over a record that still names a holder took over an expired lease
+  """ + _XADD + """'kind', 'acquired', 'token', t, 'holder', ARGV[1], 'meta', ARGV[4],
+                'took_token', f[2], 'took_holder', f[1])
+else
+  """ + _XADD + """'kind', 'acquired', 'token', t, 'holder', ARGV[1], 'meta', ARGV[4])
+end
 return {1, t, now, expires}
 """
 
@@ -134,34 +150,32 @@ end
 return out
 """
 
-#: KEYS: rec, hist, wake. ARGV: secret, token, channel. Returns 1 when released; wakes the next waiter (and
-#: publishes the release for pub/sub listeners) in the same step.
+#: KEYS: rec, log, wake, waiting. ARGV: secret, token. Returns 1 when
+#: released, and wakes the next waiter in the same step if one may wait.
 RELEASE = _PRELUDE + """
 local f = redis.call('HMGET', KEYS[1], 'secret', 'token', 'holder')
 if f[1] ~= ARGV[1] or f[2] ~= ARGV[2] or not f[3] then return 0 end
-local now = clock()
 redis.call('HDEL', KEYS[1], 'holder', 'secret')
-push_event('{"kind": "released", "detail": {}, "holder": ' .. cjson.encode(f[3]), ARGV[2], now)
-wake()
-redis.pcall('PUBLISH', ARGV[3], 'released')  -- best effort: waiters also poll
+""" + _XADD + """'kind', 'released', 'token', ARGV[2], 'holder', f[3])
+if redis.call('EXISTS', KEYS[4]) == 1 then wake() end
 return 1
 """
 
-#: KEYS: rec, hist, wake. ARGV: event_head (without holder), channel, token
-#: ('' for any). Returns the record as it was before the break, or nil when
-#: there is none, or (with a token) when the record carries another token or
-#: no holder: the check and the break are one step.
+#: KEYS: rec, log, wake. ARGV: by, token ('' for any). Returns the record as
+#: it was before the break, or nil when there is none, or (with a token) when
+#: the record carries another token or no holder: the check and the break are
+#: one step. Always wakes a waiter: breaks are rare.
 FORCE_RELEASE = _PRELUDE + """
-local now = clock()
-local before = record(now)
+local before = record((clock()))
 if not before then return false end
-if ARGV[3] ~= '' and (before[3] ~= ARGV[3] or not before[2]) then return false end
+if ARGV[2] ~= '' and (before[3] ~= ARGV[2] or not before[2]) then return false end
 redis.call('HDEL', KEYS[1], 'holder', 'secret')
-local holder = 'null'
-if before[2] then holder = cjson.encode(before[2]) end
-push_event(ARGV[1] .. ',"holder":' .. holder, before[3], now)
+if before[2] then
+  """ + _XADD + """'kind', 'broken', 'token', before[3], 'holder', before[2], 'by', ARGV[1])
+else
+  """ + _XADD + """'kind', 'broken', 'token', before[3], 'by', ARGV[1])
+end
 wake()
-redis.pcall('PUBLISH', ARGV[2], 'released')
 return before
 """
 
@@ -170,10 +184,10 @@ GET = _PRELUDE + """
 return record((clock()))
 """
 
-#: KEYS: rec, hist. ARGV: event_head, token. Only for known keys.
+#: KEYS: rec, log. ARGV: the event's field/value pairs. Only for known keys.
 RECORD_EVENT = _PRELUDE + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-push_event(ARGV[1], ARGV[2], (clock()))
+""" + _XADD + """unpack(ARGV))
 return 1
 """
 

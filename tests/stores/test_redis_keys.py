@@ -46,7 +46,7 @@ def test_every_key_of_a_lease_shares_one_hash_tag_and_slot(
     assert rec is not None
     store.renew(key, "s-alice", rec.token, 30)
     names = sorted(raw.scan_iter(match=f"{{lease:{key}}}*"))
-    assert names == [f"{{lease:{key}}}:{n}" for n in ("hist", "rec")]
+    assert names == [f"{{lease:{key}}}:{n}" for n in ("log", "rec")]
     assert len({key_slot(n.encode()) for n in names}) == 1
     for name in names:  # nothing a volatile-* eviction policy could pick
         assert raw.ttl(name) == -1, f"{name} must never carry a TTL"

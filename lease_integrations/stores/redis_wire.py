@@ -1,0 +1,65 @@
+"""The hot script calls, packed by hand and sent on a pooled connection.
+
+redis-py's generic command path (retry wrapper, observability hooks, a type
+check and an encode per argument, then the reply callbacks) is most of the
+client's time in a short call, and a lease call has more arguments than a
+plain ``SET``. A script call's shape never changes: ``EVALSHA``, the SHA,
+the key count and the key names are packed once per key and reused; only
+the few arguments are packed per call. The connection comes from the
+client's own pool and goes back to it, so timeouts, fork safety, Sentinel's
+failover handling and error mapping are the pool's and the connection's,
+as for any redis-py command. Not for a Redis Cluster client: it routes each
+call by slot, so there the store keeps redis-py's path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+
+def _bulk(value: bytes) -> bytes:
+    return b"$%d\r\n%b\r\n" % (len(value), value)
+
+
+class ScriptCall:
+    """One Lua script (a redis-py ``Script``) called with hand-packed arguments."""
+
+    __slots__ = ("_heads", "_pool", "_script")
+
+    def __init__(self, client: Any, script: Any) -> None:
+        self._pool = client.connection_pool
+        self._script = script
+        #: (key names, argument count) -> the packed command up to its arguments.
+        self._heads: dict[tuple[tuple[str, ...], int], bytes] = {}
+
+    def _head(self, keys: Sequence[str], nargs: int) -> bytes:
+        shape = (tuple(keys), nargs)
+        head = self._heads.get(shape)
+        if head is None:
+            if len(self._heads) > 4096:  # bounded: a process touching many keys
+                self._heads.clear()
+            words = [b"EVALSHA", self._script.sha.encode(), str(len(keys)).encode(),
+                     *(k.encode() for k in keys)]
+            head = self._heads[shape] = b"*%d\r\n" % (len(words) + nargs) + b"".join(
+                _bulk(w) for w in words)
+        return head
+
+    def __call__(self, keys: Sequence[str], args: Sequence[str]) -> Any:
+        packed = self._head(keys, len(args)) + b"".join([_bulk(a.encode()) for a in args])
+        try:
+            return self._send(packed)
+        except NoScriptError:  # the server lost its scripts (a restart, SCRIPT FLUSH)
+            self._script.registered_client.script_load(self._script.script)
+            return self._send(packed)
+
+    def _send(self, packed: bytes) -> Any:
+        pool = self._pool
+        connection = pool.get_connection()
+        try:
+            connection.send_packed_command((packed,))  # an iterable of chunks
+            return connection.read_response()  # disconnects itself on a broken reply
+        finally:
+            pool.release(connection)
