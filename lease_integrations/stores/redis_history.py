@@ -4,13 +4,12 @@ The scripts append each event to the key's Stream (``…:log``) as plain
 field/value pairs; the event is built here, on the reading side, so the
 server formats and encodes nothing on the hot path. Earlier versions kept a
 list of JSON texts (``…:hist``); a process of such a version still running
-during a rolling upgrade appends there, so both are read and merged by time
-(each source in its own order), newest ``limit`` kept.
+during a rolling upgrade appends there, so both are read and merged by
+time, newest ``limit`` kept.
 """
 
 from __future__ import annotations
 
-import heapq
 import json
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -68,7 +67,9 @@ def events(key: str, entries: Iterable[tuple[str, dict[str, str]]], old_lines: I
             continue
     if not old:
         return new[-limit:]
-    merged = list(heapq.merge(old, new, key=lambda e: e.at))
+    # Times are milliseconds: within one, a larger token came later, and a
+    # token's grant came before whatever ended it.
+    merged = sorted(old + new, key=lambda e: (e.at, e.token, e.kind != "acquired"))
     return merged[-limit:]
 
 
