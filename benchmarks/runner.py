@@ -183,14 +183,14 @@ def main(argv: list[str] | None = None) -> int:
             res["handover"] = results_h
             show(handover_table(results_h, ho["processes"], ho["hold"] * 1e3))
         if "many" in sections and "redis" in urls:
-            results_m = many_keys.run(urls["redis"], 1000, 1 if quick else 2, log, with_prl=not quick)
+            results_m = many_keys.run(urls["redis"], 1000, 1 if quick else 3, log, with_prl=not quick)
             res["many_keys"] = results_m
             show(many_table(results_m))
         if "cluster" in sections:  # its own three-node cluster, stopped when the section ends
             try:
                 with local_servers.redis_cluster() as cluster_url:
                     results_c = cluster_renewals.run(cluster_url, 1000, 3 if quick else 7, log)
-                    beat = [] if quick else [cluster_renewals.heartbeat(cluster_url, 1000, 2, log)]
+                    beat = [] if quick else [cluster_renewals.heartbeat(cluster_url, 1000, 3, log)]
                 res["cluster_renewals"] = results_c + beat
                 show(cluster_renewals.render(results_c))
                 if beat:

@@ -136,11 +136,13 @@ class Heartbeat:
                         continue
                     heapq.heappop(self._heap)
                     if entry.active:
-                        batch = self._due_with(entry) if kind == "renew" else [entry]
+                        batch = (self._due_with(entry) if kind == "renew"
+                                 else self._past_deadline(entry))
                         break
             try:
                 if kind == "deadline":
-                    self._check_deadline(entry)
+                    for one in batch:
+                        self._lose_at_deadline(one)
                 else:
                     self._start_renewal(batch)
             except BaseException:  # never stop serving the other leases
@@ -183,15 +185,26 @@ class Heartbeat:
                 self._push(time.monotonic() + entry.retry_delay, kind, entry)
                 self._cond.notify()
 
-    def _check_deadline(self, entry: _Entry) -> None:
-        lease = entry.lease
-        if time.monotonic() < lease.trusted_until:
-            with self._cond:  # renewed since this deadline was queued
-                self._push(lease.trusted_until, "deadline", entry)
-            return
-        with self._cond:
-            entry.active = False
-            self._entries.pop(id(lease), None)
+    def _past_deadline(self, first: _Entry) -> list[_Entry]:
+        """``first`` and every other trust deadline due now, in one pass under
+        the condition (leases renewed in one batch share their deadline): a
+        lease renewed since its deadline was queued gets the new one queued;
+        the leases whose window has closed are returned, to be lost."""
+        now = time.monotonic()
+        closed, entry = [], first
+        while True:
+            if entry.active:
+                if now < entry.lease.trusted_until:
+                    self._push(entry.lease.trusted_until, "deadline", entry)
+                else:
+                    entry.active = False
+                    self._entries.pop(id(entry.lease), None)
+                    closed.append(entry)
+            if not (self._heap and self._heap[0][2] == "deadline" and self._heap[0][0] <= now):
+                return closed
+            entry = heapq.heappop(self._heap)[3]
+
+    def _lose_at_deadline(self, entry: _Entry) -> None:
         why = entry.last_error or "renewals did not finish in time"
         self._report_lost(entry, f"no successful renewal within the trust window ({why})")
 

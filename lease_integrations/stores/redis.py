@@ -268,8 +268,8 @@ class RedisStore(LeaseStore):
         at once (``redis_cluster_batch``); a lease whose node gave no verdict
         is None (retried by the heartbeat), never False (lost)."""
         if self._cluster:
-            calls = [(self._prepared(key).rec[0], secret, str(token), max(1, round(ttl * 1000)))
-                     for key, secret, token, ttl in items]
+            calls = [(self._prepared(key).rec[0], secret, str(token),
+                      str(max(1, round(ttl * 1000)))) for key, secret, token, ttl in items]
             with self._errors:
                 return redis_cluster_batch.renew_per_node(self._renew_client, self._renew, calls)
         out: builtins.list[bool | None] = []
@@ -281,7 +281,7 @@ class RedisStore(LeaseStore):
                 args += (secret, str(token), str(max(1, round(ttl * 1000))))
             with self._errors:
                 replies = self._call_renew_many(keys, args)
-            out += [bool(r) for r in replies]
+            out += [flag == "1" for flag in replies]
         return out
 
     def release(self, key: str, secret: str, token: int) -> bool:

@@ -44,6 +44,8 @@ from redis.exceptions import (
     TryAgainError,
 )
 
+from . import redis_wire
+
 log = logging.getLogger("lease_integrations")
 
 #: Replies that mean "ask the cluster client, it knows how to follow this"
@@ -55,7 +57,7 @@ _UNSETTLED = (ClusterDownError, TryAgainError)
 _LOST_LINK = (ConnectionError, TimeoutError)
 
 #: One lease's arguments to RENEW: record key, secret, token, ttl in ms.
-Call = tuple[str, str, str, int]
+Call = tuple[str, str, str, str]
 
 
 def renew_per_node(client: Any, script: Any, calls: Sequence[Call]) -> list[bool | None]:
@@ -115,20 +117,19 @@ def _send(client: Any, script: Any, calls: Sequence[Call], groups: list[tuple[An
                 continue
             held.append((node, node_redis, connection, indexes))
         for n, (node, _, connection, indexes) in enumerate(held):
-            packed = connection.pack_commands(
-                [("EVALSHA", script.sha, 1, *calls[i]) for i in indexes])
+            packed = redis_wire.pack_one_key_calls(script.sha, [calls[i] for i in indexes])
             try:
-                connection.send_packed_command(packed)
+                connection.send_packed_command((packed,))
             except _LOST_LINK as exc:
                 lost.setdefault(node.name, str(exc))
                 connection.disconnect()
                 unwritten.add(n)
             written += 1
-        for n, (node, node_redis, connection, indexes) in enumerate(held):
+        for n, (node, _, connection, indexes) in enumerate(held):
             missing: list[int] = []
             for i in [] if n in unwritten else indexes:
                 try:
-                    out[i] = bool(node_redis.parse_response(connection, "EVALSHA"))
+                    out[i] = bool(connection.read_response())
                 except NoScriptError:
                     missing.append(i)
                 except _REDIRECTED:

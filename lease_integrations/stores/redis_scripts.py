@@ -132,8 +132,10 @@ return 1
 
 #: The heartbeat's batch. KEYS: rec of each lease (any slots on one server;
 #: on a Cluster the client sends one key per call). ARGV: secret, token,
-#: ttl_ms for each key in turn. Returns one 1/0 per key, each judged as RENEW
-#: judges it, against one reading of the server's clock.
+#: ttl_ms for each key in turn. Returns one character per key, '1' renewed
+#: or '0' refused, each judged as RENEW judges it, against one reading of the
+#: server's clock: one string, which the client reads in one piece, where an
+#: array costs it a parsed reply element per lease.
 RENEW_MANY = _PRELUDE + """
 local now = clock()
 local out = {}
@@ -142,12 +144,12 @@ for i, rec in ipairs(KEYS) do
   local f = redis.call('HMGET', rec, 'secret', 'token', 'expires_at')
   if f[1] == ARGV[a] and f[2] == ARGV[a + 1] and (tonumber(f[3]) or 0) > now then
     redis.call('HSET', rec, 'renewed_at', now, 'expires_at', now + tonumber(ARGV[a + 2]))
-    out[i] = 1
+    out[i] = '1'
   else
-    out[i] = 0
+    out[i] = '0'
   end
 end
-return out
+return table.concat(out)
 """
 
 #: KEYS: rec, log, wake, waiting. ARGV: secret, token. Returns 1 when

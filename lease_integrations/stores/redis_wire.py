@@ -24,6 +24,15 @@ def _bulk(value: bytes) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(value), value)
 
 
+def pack_one_key_calls(sha: str, calls: Sequence[Sequence[str]]) -> bytes:
+    """Many ``EVALSHA sha 1 key arg…`` commands as one pipelined request
+    (the Cluster's batched renewals: each call's first item is its key)."""
+    head = b"%b%b%b" % (_bulk(b"EVALSHA"), _bulk(sha.encode()), _bulk(b"1"))
+    return b"".join([b"*%d\r\n%b%b" % (len(call) + 3, head,
+                                        b"".join([_bulk(a.encode()) for a in call]))
+                     for call in calls])
+
+
 class ScriptCall:
     """One Lua script (a redis-py ``Script``) called with hand-packed arguments."""
 
