@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 
 def _bulk(value: bytes) -> bytes:
@@ -69,6 +69,13 @@ class ScriptCall:
         connection = pool.get_connection()
         try:
             connection.send_packed_command((packed,))  # an iterable of chunks
-            return connection.read_response()  # disconnects itself on a broken reply
+            return connection.read_response()
+        except ResponseError:
+            raise  # the whole reply was read: the connection is in step
+        except BaseException:
+            # Anything else (a Ctrl-C between the write and the read, say) may
+            # leave a reply unread: the next caller must not get it as its own.
+            connection.disconnect()
+            raise
         finally:
             pool.release(connection)

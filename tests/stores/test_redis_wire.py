@@ -1,0 +1,45 @@
+"""The hand-packed hot calls (``redis_wire``): a call cut short between its
+write and its read (a Ctrl-C, say) must not leave its reply on the pooled
+connection for the next call to read as its own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lease_integrations import connect
+from lease_integrations.stores.redis import RedisStore
+
+
+def test_a_call_cut_short_after_its_write_does_not_hand_its_reply_to_the_next(
+    redis_url: str, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = connect(redis_url)
+    assert isinstance(store, RedisStore)
+    try:
+        pool = store._client.connection_pool
+        connection = pool.get_connection()
+        pool.release(connection)  # the pool's only idle connection: the next call takes it
+        real_read = type(connection).read_response
+        cut = []
+
+        def read_once_interrupted(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if not cut:
+                cut.append(True)
+                raise KeyboardInterrupt  # after the request went out, before its reply is read
+            return real_read(self, *args, **kwargs)
+
+        monkeypatch.setattr(type(connection), "read_response", read_once_interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            store.acquire(key, "first", "s-first", 30, {})
+        monkeypatch.undo()
+        # The interrupted acquire was granted on the server; the next calls get
+        # their own replies, not its.
+        busy = store.acquire(key, "second", "s-second", 30, {})
+        assert not busy.granted and busy.record is not None and busy.record.holder == "first"
+        assert store.release(key, "s-first", busy.record.token)
+        again = store.acquire(key, "second", "s-second", 30, {})
+        assert again.granted and again.record is not None and again.record.holder == "second"
+    finally:
+        store.close()
