@@ -330,6 +330,9 @@ _instance: Heartbeat | None = None
 def get_heartbeat() -> Heartbeat:
     """The process's heartbeat, started on first use."""
     global _instance
+    instance = _instance
+    if instance is not None:  # every call after the first: no lock
+        return instance
     with _lock:
         if _instance is None:
             _instance = Heartbeat()

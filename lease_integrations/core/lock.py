@@ -84,8 +84,8 @@ class LeaseLock:
     seconds (margin/4 by default, at most margin/2) between SIGTERM and SIGKILL.
     """
 
-    #: (pid, the lock's meta, the full validated meta): see ``_identity``.
-    _meta_cache: tuple[int, dict[str, Any], dict[str, Any]] | None = None
+    #: (pid, the lock's meta, the full validated meta, the holder name): see ``_identity``.
+    _meta_cache: tuple[int, dict[str, Any], dict[str, Any], str] | None = None
 
     def __init__(
         self,
@@ -374,14 +374,15 @@ class LeaseLock:
         if not meta:  # the usual call: the lock's own meta, validated once per process
             cached = self._meta_cache
             if cached is not None and cached[0] == os.getpid() and cached[1] == self.meta:
-                return new_holder_id(), dict(cached[2])
+                return cached[3], dict(cached[2])
         full = default_meta()
         full.update(self.meta)
         full.update(validate_meta(meta))
         checked = validate_meta(full)
+        holder = new_holder_id()
         if not meta:
-            self._meta_cache = (os.getpid(), dict(self.meta), checked)
-        return new_holder_id(), dict(checked)
+            self._meta_cache = (os.getpid(), dict(self.meta), checked, holder)
+        return holder, dict(checked)
 
     def _next_wait(
         self, result: AcquireResult, backoff: Backoff, deadline: float | None
