@@ -52,13 +52,12 @@ def test_acquire_and_release_write_no_more_than_they_must(tmp_path: Path, key: s
             token = store.acquire(key, "w", f"w{i}", 30, {}).record.token  # type: ignore[union-attr]
             assert store.release(key, f"w{i}", token)
         granted: list[Any] = []
-        # BEGIN, the row as it was (a takeover's trace; a busy acquire's
-        # answer), the lease upsert, the counter, the event, COMMIT; pages:
-        # the lease row, the counter row, the event and its index entry (the
-        # read writes none).
+        # BEGIN, the lease upsert (it keeps what it replaced, for a takeover's
+        # trace), the event, COMMIT; pages: the lease row, the event and its
+        # index entry. The counter is written only when a row is deleted.
         assert cost(store, path, lambda: granted.append(
-            store.acquire(key, "alice", "s", 30, {"dag_id": "d"}))) == (6, 4)
-        # Busy: BEGIN, the row, the upsert that changes nothing, COMMIT.
+            store.acquire(key, "alice", "s", 30, {"dag_id": "d"}))) == (4, 3)
+        # Busy: BEGIN, the upsert that changes nothing, the row, COMMIT.
         assert cost(store, path, lambda: store.acquire(key, "bob", "b", 30, {})) == (4, 0)
         record = granted[0].record
         assert granted[0].granted and record.token == 3 and record.meta == {"dag_id": "d"}
