@@ -10,14 +10,28 @@ on the host shares.
 
 The token counter lives in its own table (``lease_tokens``), apart from the
 lease row, so an operator's ``DELETE FROM leases WHERE key = ...`` never
-restarts a key's tokens. The owner secret is a column of the lease row that
-no read selects. A database made by an older version (no ``secret`` column,
-no counter table, a history table with AUTOINCREMENT) is migrated on
-connect, its counters and events carried over.
+restarts a key's tokens: a trigger writes a deleted row's token there, and
+the next grant starts above it (tokens are exactly last + 1). While the row
+exists its token is the key's last one, so grants no longer write the
+counter (older versions still do; it stays a floor). The owner secret is a
+column of the lease row that no read selects.
 
-An acquire is one write transaction (``BEGIN IMMEDIATE``, a read of the row
-as it was, the lease upsert, the counter, the event, ``COMMIT``) that appends
-four pages to the WAL; a release writes the event and the row: three pages.
+An acquire is ``BEGIN IMMEDIATE``, one upsert, ``COMMIT``: one page in the
+WAL, as a one-row write. Its "acquired" event is written into the lease row
+by that upsert (``event_token``, ``event_detail``: atomic with the grant)
+and moved into ``lease_events`` by triggers in the transaction of the key's
+next change (the next event, the next grant, a break, a DELETE of the row),
+before that change's own event; ``history()`` reads both. A release writes
+both events and the row: three pages, as before.
+
+A database made by an older version (no ``secret`` column, no counter table,
+a history table with AUTOINCREMENT, no event columns or triggers) is
+migrated on connect, its counters and events carried over. Processes of the
+previous version can keep running on the migrated file (a rolling upgrade,
+``tests/upgrade``): they name their columns, still write the counter and the
+history table, and the triggers, being part of the file, move a pending
+event before their own. Their ``history()`` does not see a pending event
+(the newest grant's, until the key's next change).
 """
 
 from __future__ import annotations
@@ -59,8 +73,8 @@ CREATE TABLE IF NOT EXISTS leases (
     renewed_at  REAL NOT NULL,
     expires_at  REAL NOT NULL,
     meta        TEXT NOT NULL DEFAULT '{}',
-    replaced_holder TEXT,
-    replaced_token  INTEGER
+    event_token  INTEGER,
+    event_detail TEXT
 )"""
 EVENTS = """
 CREATE TABLE IF NOT EXISTS lease_events (
@@ -78,20 +92,57 @@ CREATE TABLE IF NOT EXISTS lease_tokens (
     key   TEXT PRIMARY KEY,
     token INTEGER NOT NULL
 )"""
-#: The counter is written when a lease row is deleted, not on every grant:
-#: while the row exists its token is the key's last token (every grant, by
-#: any version, raises it), so only a DELETE could lose it, and the trigger
-#: keeps it then, in the deleting transaction, whoever deletes (an operator's
-#: shell, an old version's process: a trigger is part of the file, not of
-#: the code). One page and one statement fewer per acquire than writing the
-#: counter each time.
-KEEP_TOKEN_TRIGGER = "lease_tokens_kept_on_delete"
-KEEP_TOKEN = f"""
-CREATE TRIGGER IF NOT EXISTS {KEEP_TOKEN_TRIGGER} AFTER DELETE ON leases BEGIN
+# A grant's "acquired" event is written into its lease row (``event_token``,
+# ``event_detail``), by the grant's own statement: atomic with the grant and
+# one WAL page (the row's) instead of three (the row, the history table and
+# its index). The event is pending while ``event_token = token`` and is moved
+# into ``lease_events`` by the triggers below, in the transaction of the
+# key's next change, before anything that comes after it: the next event
+# (a release, a break, a loss), the next grant (a takeover, or an older
+# version's acquire), or a DELETE of the row. The triggers live in the file,
+# so an older version's statements move it as well, and in order.
+# history() reads lease_events and the pending event.
+#
+# The counter is written when a lease row is deleted, not on every grant:
+# while the row exists its token is the key's last token (every grant, by
+# any version, raises it), so only a DELETE could lose it, and the trigger
+# keeps it then, in the deleting transaction, whoever deletes (an operator's
+# shell, an older version's process).
+PENDING_EVENT = "SELECT key, 'acquired', token, holder, acquired_at, event_detail FROM leases"
+#: Before any other event of a key: move the key's pending "acquired" event
+#: first (its id is taken before the new event's). Not for "acquired" events,
+#: which are the moves themselves (and an older version's grant, whose update
+#: already moved the event it replaced).
+MOVE_BEFORE_EVENT = f"""
+CREATE TRIGGER IF NOT EXISTS lease_events_move_pending BEFORE INSERT ON lease_events
+WHEN NEW.kind <> 'acquired' BEGIN
+    INSERT INTO lease_events (key, kind, token, holder, at, detail)
+    {PENDING_EVENT} WHERE key = NEW.key AND event_token = token;
+    UPDATE leases SET event_token = NULL WHERE key = NEW.key AND event_token = token;
+END"""
+#: A change of the row's holder or token (a takeover, a break, an older
+#: version's grant or release) moves the event the row held. A grant by this
+#: version sets a new pending event in the same update (``event_token`` = the
+#: new token), which the second statement leaves alone.
+MOVE_ON_CHANGE = """
+CREATE TRIGGER IF NOT EXISTS leases_move_pending AFTER UPDATE OF token, holder ON leases
+WHEN old.event_token = old.token BEGIN
+    INSERT INTO lease_events (key, kind, token, holder, at, detail)
+    VALUES (old.key, 'acquired', old.token, old.holder, old.acquired_at, old.event_detail);
+    UPDATE leases SET event_token = NULL WHERE key = old.key AND event_token = old.token;
+END"""
+#: A deleted row keeps its token in the counter, and its pending event.
+KEEP_ON_DELETE = """
+CREATE TRIGGER IF NOT EXISTS leases_keep_on_delete AFTER DELETE ON leases BEGIN
     INSERT INTO lease_tokens (key, token) VALUES (old.key, old.token)
     ON CONFLICT (key) DO UPDATE SET token = max(lease_tokens.token, excluded.token);
+    INSERT INTO lease_events (key, kind, token, holder, at, detail)
+    SELECT old.key, 'acquired', old.token, old.holder, old.acquired_at, old.event_detail
+    WHERE old.event_token = old.token;
 END"""
-SCHEMA = (LEASES, EVENTS, EVENTS_BY_KEY, TOKENS, KEEP_TOKEN)
+TRIGGERS = {"lease_events_move_pending": MOVE_BEFORE_EVENT,
+            "leases_move_pending": MOVE_ON_CHANGE, "leases_keep_on_delete": KEEP_ON_DELETE}
+SCHEMA = (LEASES, EVENTS, EVENTS_BY_KEY, TOKENS, *TRIGGERS.values())
 #: Run once on a database an older version made: the secret column, and the
 #: counters carried over from the lease rows into the counter table.
 MIGRATE = [
@@ -99,11 +150,11 @@ MIGRATE = [
     """INSERT INTO lease_tokens (key, token) SELECT key, token FROM leases WHERE true
        ON CONFLICT (key) DO UPDATE SET token = max(lease_tokens.token, excluded.token)""",
 ]
-#: The takeover columns, added to a database made before them (nullable, no
-#: default: older versions name their columns and never see these).
-ADD_REPLACED = [
-    "ALTER TABLE leases ADD COLUMN replaced_holder TEXT",
-    "ALTER TABLE leases ADD COLUMN replaced_token INTEGER",
+#: The pending-event columns, added to a database made before them
+#: (nullable, no default: older versions name their columns, never see these).
+ADD_EVENT_COLUMNS = [
+    "ALTER TABLE leases ADD COLUMN event_token INTEGER",
+    "ALTER TABLE leases ADD COLUMN event_detail TEXT",
 ]
 #: The history table without AUTOINCREMENT: that kept a row in sqlite_sequence
 #: that every event rewrote, one more page in every write transaction's WAL
@@ -122,27 +173,30 @@ REBUILD_EVENTS = [
 
 # The next token: one above the row's own token (every grant raised it) and
 # the counter table's (where the trigger put the token of a deleted row, and
-# where older versions still write every grant). The update also keeps the
-# holder and token it replaces in the row, so RETURNING names a takeover
-# without a read of the row before: granted, the token, the times and what
-# was replaced (the caller knows the rest); busy: nothing (the caller then
-# reads the row).
+# where older versions still write every grant). The same statement writes
+# the grant's "acquired" event into the row: ?6 is its detail up to the meta
+# (the caller's), and a grant over a row that still names a holder took over
+# an expired lease, which the detail then names (the row as it was is at
+# hand in the update, so no read before). Granted: the token and the times
+# (the caller knows the rest); busy: nothing (the caller then reads the row).
 ACQUIRE = f"""
 INSERT INTO leases (key, holder, secret, token, acquired_at, renewed_at, expires_at, meta,
-                    replaced_holder, replaced_token)
+                    event_token, event_detail)
 VALUES (?1, ?2, ?3, coalesce((SELECT token FROM lease_tokens WHERE key = ?1), 0) + 1,
-        {NOW}, {NOW}, {NOW} + ?4, ?5, NULL, NULL)
+        {NOW}, {NOW}, {NOW} + ?4, ?5,
+        coalesce((SELECT token FROM lease_tokens WHERE key = ?1), 0) + 1, ?6 || '}}')
 ON CONFLICT (key) DO UPDATE SET
     holder = excluded.holder, secret = excluded.secret,
     token = max(leases.token + 1, excluded.token),
     acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at,
     expires_at = excluded.expires_at, meta = excluded.meta,
-    replaced_holder = leases.holder, replaced_token = leases.token
+    event_token = max(leases.token + 1, excluded.token),
+    event_detail = CASE WHEN leases.holder IS NULL THEN excluded.event_detail
+        ELSE ?6 || ', "{TOOK_OVER}": {{"token": ' || leases.token
+                || ', "holder": ' || json_quote(leases.holder) || '}}}}' END
 WHERE leases.holder IS NULL OR leases.expires_at <= excluded.acquired_at
-RETURNING token, acquired_at, expires_at, replaced_holder, replaced_token
+RETURNING token, acquired_at, expires_at
 """
-ACQUIRED = "INSERT INTO lease_events (key, kind, token, holder, at, detail) " \
-           "VALUES (?, 'acquired', ?, ?, ?, ?)"
 RENEW = f"""
 UPDATE leases SET renewed_at = {NOW}, expires_at = {NOW} + :ttl
 WHERE key = :key AND secret = :secret AND holder IS NOT NULL AND token = :token
@@ -168,11 +222,40 @@ TRIM_EVENTS = """
 DELETE FROM lease_events WHERE key = :key AND id <= (
     SELECT id FROM lease_events WHERE key = :key ORDER BY id DESC LIMIT 1 OFFSET :keep)
 """
-HISTORY = """
+# The key's newest events: lease_events and, newest of all, the pending one.
+HISTORY = f"""
 SELECT key, kind, token, holder, at, detail FROM (
-    SELECT * FROM lease_events WHERE key = :key ORDER BY id DESC LIMIT :limit
+    SELECT id, key, kind, token, holder, at, detail FROM lease_events WHERE key = :key
+    UNION ALL
+    SELECT 9223372036854775807, {PENDING_EVENT.removeprefix("SELECT ")}
+    WHERE key = :key AND event_token = token
+    ORDER BY 1 DESC LIMIT :limit
 ) ORDER BY id
 """
+#: An "acquired" event recorded by hand comes after the pending one.
+MOVE_PENDING = [
+    f"INSERT INTO lease_events (key, kind, token, holder, at, detail) {PENDING_EVENT} "
+    "WHERE key = :key AND event_token = token",
+    "UPDATE leases SET event_token = NULL WHERE key = :key AND event_token = token",
+]
+
+
+#: json.dumps(..., default=str) builds a new encoder on every call: the
+#: acquire's hot path keeps one (encode is reentrant).
+_encode_json = json.JSONEncoder(default=str).encode
+#: Values whose JSON round trip is the value itself (exact types: a str or
+#: int subclass would come back as the base type).
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _meta_as_stored(meta: Mapping[str, Any], meta_json: str) -> dict[str, Any]:
+    """The meta a later get() returns (its JSON round trip), without parsing
+    the JSON back when the round trip cannot change it: the usual flat dict
+    of names and numbers."""
+    if all(type(k) is str and type(v) in _JSON_SCALARS for k, v in meta.items()):
+        return dict(meta)
+    result: dict[str, Any] = json.loads(meta_json)
+    return result
 
 
 def _dt(seconds: float) -> datetime:
@@ -304,8 +387,8 @@ class SqliteStore(LeaseStore):
         columns = {row[1] for row in conn.execute("PRAGMA table_info(leases)")}
         tables = dict(conn.execute("SELECT name, sql FROM sqlite_master "
                                    "WHERE type IN ('table', 'trigger')"))
-        return {"secret", "replaced_holder", "replaced_token"} <= columns \
-            and "lease_tokens" in tables and KEEP_TOKEN_TRIGGER in tables \
+        return {"secret", "event_token", "event_detail"} <= columns \
+            and "lease_tokens" in tables and set(TRIGGERS) <= set(tables) \
             and "AUTOINCREMENT" not in (tables.get("lease_events") or "AUTOINCREMENT").upper()
 
     @staticmethod
@@ -331,12 +414,15 @@ class SqliteStore(LeaseStore):
             conn.execute(MIGRATE[0])
         if old and not had_counters:
             conn.execute(MIGRATE[1])
-        if old and "replaced_holder" not in old:
-            for statement in ADD_REPLACED:
+        if old and "event_token" not in old:
+            for statement in ADD_EVENT_COLUMNS:
                 conn.execute(statement)
 
     def _add_event(self, conn: sqlite3.Connection, key: str, kind: EventKind, token: int,
                    holder: str | None, detail: Mapping[str, Any] | None = None) -> None:
+        if kind == "acquired":  # the triggers move the pending event before any other kind
+            for statement in MOVE_PENDING:
+                conn.execute(statement, {"key": key})
         conn.execute(ADD_EVENT, {"key": key, "kind": kind, "token": token, "holder": holder,
                                  "detail": json.dumps(dict(detail or {}), default=str)})
         # Trimming on every write cost as much as the write itself; trimming on
@@ -348,26 +434,21 @@ class SqliteStore(LeaseStore):
     # -- protocol ---------------------------------------------------------------
     def acquire(self, key: str, holder: str, secret: str, ttl: float,
                  meta: Mapping[str, Any]) -> AcquireResult:
-        meta_json = json.dumps(dict(meta), default=str)
+        meta_json = _encode_json(meta if type(meta) is dict else dict(meta))
+        detail = '{"meta": ' + meta_json
         with self._transaction() as conn:
-            row = conn.execute(ACQUIRE, (key, holder, secret, ttl, meta_json)).fetchone()
+            row = conn.execute(ACQUIRE, (key, holder, secret, ttl, meta_json, detail)).fetchone()
             if row is None:
                 # Busy: the row as it is, in the same transaction (a row that
                 # cannot be parsed raises CorruptRecord here).
                 before = conn.execute(SELECT + " WHERE key = ?", (key,)).fetchone()
                 return AcquireResult(False, _record(before) if before else None)
-            token, acquired, expires, replaced_holder, replaced_token = row
-            detail = '{"meta": ' + meta_json
-            if replaced_holder is not None:
-                # The grant took over a lease that expired while held.
-                detail += f', "{TOOK_OVER}": ' + json.dumps(
-                    {"token": replaced_token, "holder": replaced_holder}, default=str)
-            conn.execute(ACQUIRED, (key, token, holder, acquired, detail + "}"))
+            token, acquired, expires = row
             if token % TRIM_EVERY == 0:
                 conn.execute(TRIM_EVENTS, {"key": key, "keep": HISTORY_LIMIT})
-            now = _dt(acquired)
-            return AcquireResult(True, LeaseRecord(key, holder, token, now, now, _dt(expires),
-                                                   now, json.loads(meta_json)))
+        now = _dt(acquired)
+        return AcquireResult(True, LeaseRecord(key, holder, token, now, now, _dt(expires),
+                                               now, _meta_as_stored(meta, meta_json)))
 
     def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
         with self._transaction() as conn:
