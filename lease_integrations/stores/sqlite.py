@@ -10,14 +10,28 @@ on the host shares.
 
 The token counter lives in its own table (``lease_tokens``), apart from the
 lease row, so an operator's ``DELETE FROM leases WHERE key = ...`` never
-restarts a key's tokens. The owner secret is a column of the lease row that
-no read selects. A database made by an older version (no ``secret`` column,
-no counter table, a history table with AUTOINCREMENT) is migrated on
-connect, its counters and events carried over.
+restarts a key's tokens: a trigger writes a deleted row's token there, and
+the next grant starts above it (tokens are exactly last + 1). While the row
+exists its token is the key's last one, so grants no longer write the
+counter (older versions still do; it stays a floor). The owner secret is a
+column of the lease row that no read selects.
 
-An acquire is one write transaction (``BEGIN IMMEDIATE``, a read of the row
-as it was, the lease upsert, the counter, the event, ``COMMIT``) that appends
-four pages to the WAL; a release writes the event and the row: three pages.
+An acquire is ``BEGIN IMMEDIATE``, one upsert, ``COMMIT``: one page in the
+WAL, as a one-row write. Its "acquired" event is written into the lease row
+by that upsert (``event_token``, ``event_detail``: atomic with the grant)
+and moved into ``lease_events`` by triggers in the transaction of the key's
+next change (the next event, the next grant, a break, a DELETE of the row),
+before that change's own event; ``history()`` reads both. A release writes
+both events and the row: three pages, as before.
+
+A database made by an older version (no ``secret`` column, no counter table,
+a history table with AUTOINCREMENT, no event columns or triggers) is
+migrated on connect, its counters and events carried over. Processes of the
+previous version can keep running on the migrated file (a rolling upgrade,
+``tests/upgrade``): they name their columns, still write the counter and the
+history table, and the triggers, being part of the file, move a pending
+event before their own. Their ``history()`` does not see a pending event
+(the newest grant's, until the key's next change).
 """
 
 from __future__ import annotations
@@ -49,7 +63,7 @@ from ..core.store import (
 
 NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
-SCHEMA = """
+LEASES = """
 CREATE TABLE IF NOT EXISTS leases (
     key         TEXT PRIMARY KEY,
     holder      TEXT,
@@ -58,8 +72,11 @@ CREATE TABLE IF NOT EXISTS leases (
     acquired_at REAL NOT NULL,
     renewed_at  REAL NOT NULL,
     expires_at  REAL NOT NULL,
-    meta        TEXT NOT NULL DEFAULT '{}'
-);
+    meta        TEXT NOT NULL DEFAULT '{}',
+    event_token  INTEGER,
+    event_detail TEXT
+)"""
+EVENTS = """
 CREATE TABLE IF NOT EXISTS lease_events (
     id     INTEGER PRIMARY KEY,
     key    TEXT NOT NULL,
@@ -68,19 +85,76 @@ CREATE TABLE IF NOT EXISTS lease_events (
     holder TEXT,
     at     REAL NOT NULL,
     detail TEXT NOT NULL DEFAULT '{}'
-);
-CREATE INDEX IF NOT EXISTS lease_events_by_key ON lease_events (key, id);
+)"""
+EVENTS_BY_KEY = "CREATE INDEX IF NOT EXISTS lease_events_by_key ON lease_events (key, id)"
+TOKENS = """
 CREATE TABLE IF NOT EXISTS lease_tokens (
     key   TEXT PRIMARY KEY,
     token INTEGER NOT NULL
-);
-"""
+)"""
+# A grant's "acquired" event is written into its lease row (``event_token``,
+# ``event_detail``), by the grant's own statement: atomic with the grant and
+# one WAL page (the row's) instead of three (the row, the history table and
+# its index). The event is pending while ``event_token = token`` and is moved
+# into ``lease_events`` by the triggers below, in the transaction of the
+# key's next change, before anything that comes after it: the next event
+# (a release, a break, a loss), the next grant (a takeover, or an older
+# version's acquire), or a DELETE of the row. The triggers live in the file,
+# so an older version's statements move it as well, and in order.
+# history() reads lease_events and the pending event.
+#
+# The counter is written when a lease row is deleted, not on every grant:
+# while the row exists its token is the key's last token (every grant, by
+# any version, raises it), so only a DELETE could lose it, and the trigger
+# keeps it then, in the deleting transaction, whoever deletes (an operator's
+# shell, an older version's process).
+PENDING_EVENT = "SELECT key, 'acquired', token, holder, acquired_at, event_detail FROM leases"
+#: Before any other event of a key: move the key's pending "acquired" event
+#: first (its id is taken before the new event's). Not for "acquired" events,
+#: which are the moves themselves (and an older version's grant, whose update
+#: already moved the event it replaced).
+MOVE_BEFORE_EVENT = f"""
+CREATE TRIGGER IF NOT EXISTS lease_events_move_pending BEFORE INSERT ON lease_events
+WHEN NEW.kind <> 'acquired' BEGIN
+    INSERT INTO lease_events (key, kind, token, holder, at, detail)
+    {PENDING_EVENT} WHERE key = NEW.key AND event_token = token;
+    UPDATE leases SET event_token = NULL WHERE key = NEW.key AND event_token = token;
+END"""
+#: A change of the row's holder or token (a takeover, a break, an older
+#: version's grant or release) moves the event the row held. A grant by this
+#: version sets a new pending event in the same update (``event_token`` = the
+#: new token), which the second statement leaves alone.
+MOVE_ON_CHANGE = """
+CREATE TRIGGER IF NOT EXISTS leases_move_pending AFTER UPDATE OF token, holder ON leases
+WHEN old.event_token = old.token BEGIN
+    INSERT INTO lease_events (key, kind, token, holder, at, detail)
+    VALUES (old.key, 'acquired', old.token, old.holder, old.acquired_at, old.event_detail);
+    UPDATE leases SET event_token = NULL WHERE key = old.key AND event_token = old.token;
+END"""
+#: A deleted row keeps its token in the counter, and its pending event.
+KEEP_ON_DELETE = """
+CREATE TRIGGER IF NOT EXISTS leases_keep_on_delete AFTER DELETE ON leases BEGIN
+    INSERT INTO lease_tokens (key, token) VALUES (old.key, old.token)
+    ON CONFLICT (key) DO UPDATE SET token = max(lease_tokens.token, excluded.token);
+    INSERT INTO lease_events (key, kind, token, holder, at, detail)
+    SELECT old.key, 'acquired', old.token, old.holder, old.acquired_at, old.event_detail
+    WHERE old.event_token = old.token;
+END"""
+TRIGGERS = {"lease_events_move_pending": MOVE_BEFORE_EVENT,
+            "leases_move_pending": MOVE_ON_CHANGE, "leases_keep_on_delete": KEEP_ON_DELETE}
+SCHEMA = (LEASES, EVENTS, EVENTS_BY_KEY, TOKENS, *TRIGGERS.values())
 #: Run once on a database an older version made: the secret column, and the
 #: counters carried over from the lease rows into the counter table.
 MIGRATE = [
     "ALTER TABLE leases ADD COLUMN secret TEXT",
     """INSERT INTO lease_tokens (key, token) SELECT key, token FROM leases WHERE true
        ON CONFLICT (key) DO UPDATE SET token = max(lease_tokens.token, excluded.token)""",
+]
+#: The pending-event columns, added to a database made before them
+#: (nullable, no default: older versions name their columns, never see these).
+ADD_EVENT_COLUMNS = [
+    "ALTER TABLE leases ADD COLUMN event_token INTEGER",
+    "ALTER TABLE leases ADD COLUMN event_detail TEXT",
 ]
 #: The history table without AUTOINCREMENT: that kept a row in sqlite_sequence
 #: that every event rewrote, one more page in every write transaction's WAL
@@ -90,34 +164,39 @@ MIGRATE = [
 REBUILD_EVENTS = [
     "ALTER TABLE lease_events RENAME TO lease_events_old",
     "DROP INDEX IF EXISTS lease_events_by_key",
-    SCHEMA.split(";")[1],
+    EVENTS,
     "INSERT INTO lease_events SELECT id, key, kind, token, holder, at, detail FROM lease_events_old",
     "DROP TABLE lease_events_old",
     "DELETE FROM sqlite_sequence WHERE name IN ('lease_events', 'lease_events_old')",
-    SCHEMA.split(";")[2],
+    EVENTS_BY_KEY,
 ]
 
-# The next token comes from the counter table (and never below the row's own
-# token, for a row written before the counter existed); the caller then
-# writes the granted token back to the counter and the event, in the same
-# transaction. Granted: the token and the times (the caller knows the rest);
-# busy: nothing (the caller reads the row).
+# The next token: one above the row's own token (every grant raised it) and
+# the counter table's (where the trigger put the token of a deleted row, and
+# where older versions still write every grant). The same statement writes
+# the grant's "acquired" event into the row: ?6 is its detail up to the meta
+# (the caller's), and a grant over a row that still names a holder took over
+# an expired lease, which the detail then names (the row as it was is at
+# hand in the update, so no read before). Granted: the token and the times
+# (the caller knows the rest); busy: nothing (the caller then reads the row).
 ACQUIRE = f"""
-INSERT INTO leases (key, holder, secret, token, acquired_at, renewed_at, expires_at, meta)
+INSERT INTO leases (key, holder, secret, token, acquired_at, renewed_at, expires_at, meta,
+                    event_token, event_detail)
 VALUES (?1, ?2, ?3, coalesce((SELECT token FROM lease_tokens WHERE key = ?1), 0) + 1,
-        {NOW}, {NOW}, {NOW} + ?4, ?5)
+        {NOW}, {NOW}, {NOW} + ?4, ?5,
+        coalesce((SELECT token FROM lease_tokens WHERE key = ?1), 0) + 1, ?6 || '}}')
 ON CONFLICT (key) DO UPDATE SET
     holder = excluded.holder, secret = excluded.secret,
     token = max(leases.token + 1, excluded.token),
     acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at,
-    expires_at = excluded.expires_at, meta = excluded.meta
+    expires_at = excluded.expires_at, meta = excluded.meta,
+    event_token = max(leases.token + 1, excluded.token),
+    event_detail = CASE WHEN leases.holder IS NULL THEN excluded.event_detail
+        ELSE ?6 || ', "{TOOK_OVER}": {{"token": ' || leases.token
+                || ', "holder": ' || json_quote(leases.holder) || '}}}}' END
 WHERE leases.holder IS NULL OR leases.expires_at <= excluded.acquired_at
 RETURNING token, acquired_at, expires_at
 """
-COUNT = """INSERT INTO lease_tokens (key, token) VALUES (?, ?)
-           ON CONFLICT (key) DO UPDATE SET token = max(lease_tokens.token, excluded.token)"""
-ACQUIRED = "INSERT INTO lease_events (key, kind, token, holder, at, detail) " \
-           "VALUES (?, 'acquired', ?, ?, ?, ?)"
 RENEW = f"""
 UPDATE leases SET renewed_at = {NOW}, expires_at = {NOW} + :ttl
 WHERE key = :key AND secret = :secret AND holder IS NOT NULL AND token = :token
@@ -143,11 +222,40 @@ TRIM_EVENTS = """
 DELETE FROM lease_events WHERE key = :key AND id <= (
     SELECT id FROM lease_events WHERE key = :key ORDER BY id DESC LIMIT 1 OFFSET :keep)
 """
-HISTORY = """
+# The key's newest events: lease_events and, newest of all, the pending one.
+HISTORY = f"""
 SELECT key, kind, token, holder, at, detail FROM (
-    SELECT * FROM lease_events WHERE key = :key ORDER BY id DESC LIMIT :limit
+    SELECT id, key, kind, token, holder, at, detail FROM lease_events WHERE key = :key
+    UNION ALL
+    SELECT 9223372036854775807, {PENDING_EVENT.removeprefix("SELECT ")}
+    WHERE key = :key AND event_token = token
+    ORDER BY 1 DESC LIMIT :limit
 ) ORDER BY id
 """
+#: An "acquired" event recorded by hand comes after the pending one.
+MOVE_PENDING = [
+    f"INSERT INTO lease_events (key, kind, token, holder, at, detail) {PENDING_EVENT} "
+    "WHERE key = :key AND event_token = token",
+    "UPDATE leases SET event_token = NULL WHERE key = :key AND event_token = token",
+]
+
+
+#: json.dumps(..., default=str) builds a new encoder on every call: the
+#: acquire's hot path keeps one (encode is reentrant).
+_encode_json = json.JSONEncoder(default=str).encode
+#: Values whose JSON round trip is the value itself (exact types: a str or
+#: int subclass would come back as the base type).
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _meta_as_stored(meta: Mapping[str, Any], meta_json: str) -> dict[str, Any]:
+    """The meta a later get() returns (its JSON round trip), without parsing
+    the JSON back when the round trip cannot change it: the usual flat dict
+    of names and numbers."""
+    if all(type(k) is str and type(v) in _JSON_SCALARS for k, v in meta.items()):
+        return dict(meta)
+    result: dict[str, Any] = json.loads(meta_json)
+    return result
 
 
 def _dt(seconds: float) -> datetime:
@@ -274,11 +382,13 @@ class SqliteStore(LeaseStore):
 
     @staticmethod
     def _schema_is_current(conn: sqlite3.Connection) -> bool:
-        """True when every table and column exists: connect then takes no
-        write lock (another process may hold it for a while)."""
+        """True when every table, column and the trigger exist: connect then
+        takes no write lock (another process may hold it for a while)."""
         columns = {row[1] for row in conn.execute("PRAGMA table_info(leases)")}
-        tables = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
-        return "secret" in columns and "lease_tokens" in tables \
+        tables = dict(conn.execute("SELECT name, sql FROM sqlite_master "
+                                   "WHERE type IN ('table', 'trigger')"))
+        return {"secret", "event_token", "event_detail"} <= columns \
+            and "lease_tokens" in tables and set(TRIGGERS) <= set(tables) \
             and "AUTOINCREMENT" not in (tables.get("lease_events") or "AUTOINCREMENT").upper()
 
     @staticmethod
@@ -286,7 +396,10 @@ class SqliteStore(LeaseStore):
         """Create the tables, or migrate a database an older version made
         (inside the caller's write transaction, so racing processes migrate
         once). ``executescript`` would commit on its own: run statements one
-        by one instead."""
+        by one instead. Every step leaves what older versions read and write
+        in place (they name their columns, and write the counter and the
+        history table as before), so their processes keep working beside
+        this one during a rolling upgrade."""
         old = {row[1] for row in conn.execute("PRAGMA table_info(leases)")}
         had_counters = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
                                     "AND name = 'lease_tokens'").fetchone() is not None
@@ -295,16 +408,21 @@ class SqliteStore(LeaseStore):
         if events is not None and "AUTOINCREMENT" in events[0].upper():
             for statement in REBUILD_EVENTS:
                 conn.execute(statement)
-        for statement in SCHEMA.split(";"):
-            if statement.strip():
-                conn.execute(statement)
+        for statement in SCHEMA:
+            conn.execute(statement)
         if old and "secret" not in old:
             conn.execute(MIGRATE[0])
         if old and not had_counters:
             conn.execute(MIGRATE[1])
+        if old and "event_token" not in old:
+            for statement in ADD_EVENT_COLUMNS:
+                conn.execute(statement)
 
     def _add_event(self, conn: sqlite3.Connection, key: str, kind: EventKind, token: int,
                    holder: str | None, detail: Mapping[str, Any] | None = None) -> None:
+        if kind == "acquired":  # the triggers move the pending event before any other kind
+            for statement in MOVE_PENDING:
+                conn.execute(statement, {"key": key})
         conn.execute(ADD_EVENT, {"key": key, "kind": kind, "token": token, "holder": holder,
                                  "detail": json.dumps(dict(detail or {}), default=str)})
         # Trimming on every write cost as much as the write itself; trimming on
@@ -316,30 +434,21 @@ class SqliteStore(LeaseStore):
     # -- protocol ---------------------------------------------------------------
     def acquire(self, key: str, holder: str, secret: str, ttl: float,
                  meta: Mapping[str, Any]) -> AcquireResult:
-        meta_json = json.dumps(dict(meta), default=str)
+        meta_json = _encode_json(meta if type(meta) is dict else dict(meta))
+        detail = '{"meta": ' + meta_json
         with self._transaction() as conn:
-            # The row before the write, inside the same BEGIN IMMEDIATE (no
-            # other writer in between): a grant over a row that still names a
-            # holder took over an expired lease, and the event says so; a busy
-            # answer is this row. In-process, no round trip: a primary-key read
-            # is a fraction of the commit's cost.
-            before = conn.execute(SELECT + " WHERE key = ?", (key,)).fetchone()
-            row = conn.execute(ACQUIRE, (key, holder, secret, ttl, meta_json)).fetchone()
-            if row is not None:
-                token, acquired, expires = row
-                detail = '{"meta": ' + meta_json
-                if before is not None and before[1] is not None:
-                    detail += f', "{TOOK_OVER}": ' + json.dumps(
-                        {"token": before[2], "holder": before[1]}, default=str)
-                conn.execute(COUNT, (key, token))
-                conn.execute(ACQUIRED, (key, token, holder, acquired, detail + "}"))
-                if token % TRIM_EVERY == 0:
-                    conn.execute(TRIM_EVENTS, {"key": key, "keep": HISTORY_LIMIT})
-                now = _dt(acquired)
-                return AcquireResult(True, LeaseRecord(key, holder, token, now, now, _dt(expires),
-                                                       now, json.loads(meta_json)))
-            # Busy: a row that cannot be parsed raises CorruptRecord here.
-            return AcquireResult(False, _record(before) if before else None)
+            row = conn.execute(ACQUIRE, (key, holder, secret, ttl, meta_json, detail)).fetchone()
+            if row is None:
+                # Busy: the row as it is, in the same transaction (a row that
+                # cannot be parsed raises CorruptRecord here).
+                before = conn.execute(SELECT + " WHERE key = ?", (key,)).fetchone()
+                return AcquireResult(False, _record(before) if before else None)
+            token, acquired, expires = row
+            if token % TRIM_EVERY == 0:
+                conn.execute(TRIM_EVENTS, {"key": key, "keep": HISTORY_LIMIT})
+        now = _dt(acquired)
+        return AcquireResult(True, LeaseRecord(key, holder, token, now, now, _dt(expires),
+                                               now, _meta_as_stored(meta, meta_json)))
 
     def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
         with self._transaction() as conn:
