@@ -10,12 +10,15 @@ migration runs sees no error."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from servers.postgres_server import PgServer
 
 from lease_integrations.stores.postgres import PostgresStore
 
@@ -222,3 +225,44 @@ def test_the_old_schema_run_again_is_migrated_again(postgres_url: str, table: st
         assert layout(postgres_url, table)["by_key_index"] is False
         rec = new.get("k")
         assert rec is not None and rec.holder == "a"
+
+
+def test_a_role_that_may_not_migrate_keeps_working_on_the_old_layout(
+        postgres_server: PgServer, postgres_url: str, table: str, old: OldClient,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Workers often connect as a role that may read and write the tables
+    but not alter them: on the previous layout the new store still runs (its
+    statements need nothing that layout lacks) and says what it could not do."""
+    role = f"worker_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_server.admin_conninfo, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'worker-pw'")
+    try:
+        with psycopg.connect(postgres_url, autocommit=True) as owner:
+            owner.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {table}, {table}_events, "
+                          f"{table}_tokens TO {role}")
+            owner.execute(f"GRANT USAGE ON SEQUENCE {table}_events_id_seq TO {role}")
+        secret = new_secret()
+        ok, held, _ = old.acquire("job", "old-worker", secret)
+        assert ok
+        parts = urlsplit(postgres_url)
+        url = urlunsplit(parts._replace(netloc=f"{role}:worker-pw@{parts.hostname}:{parts.port}"))
+        with caplog.at_level(logging.WARNING, logger="lease_integrations"), \
+                PostgresStore.from_url(f"{url}?table={table}") as new:
+            assert any("cannot migrate" in r.getMessage() for r in caplog.records), caplog.text
+            busy = new.acquire("job", "new-worker", new_secret(), 30, {})
+            assert not busy.granted and busy.record is not None
+            assert busy.record.holder == "old-worker"
+            assert old.release("job", secret, held)
+            got = new.acquire("job", "new-worker", "s", 30, {})
+            assert got.granted and got.record is not None and got.record.token > held
+            assert new.release("job", "s", got.record.token)
+            assert [(e.kind, e.holder) for e in new.history("job")] == [
+                ("acquired", "old-worker"), ("released", "old-worker"),
+                ("acquired", "new-worker"), ("released", "new-worker")]
+        assert layout(postgres_url, table)["by_key_index"], "the layout was left as it was"
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as owner:
+            owner.execute(f"REVOKE ALL ON {table}, {table}_events, {table}_tokens FROM {role}")
+            owner.execute(f"REVOKE ALL ON SEQUENCE {table}_events_id_seq FROM {role}")
+        with psycopg.connect(postgres_server.admin_conninfo, autocommit=True) as admin:
+            admin.execute(f"DROP ROLE {role}")
