@@ -1,19 +1,32 @@
 """PostgreSQL store (psycopg 3): one row per key, one statement per operation.
 
 Expiry is judged on the server's ``clock_timestamp()``. Acquire is a single
-``UPDATE … WHERE released-or-expired`` whose CTEs also advance the token
-counter and write the history event and which, when the lease is busy,
-returns the current row: one round trip whether granted or busy. A key's
-first acquire (no row yet) runs the ``INSERT … ON CONFLICT`` form after it.
-Acquire, renew and release run prepared at the libpq level (``_pg_exec``).
+``UPDATE … WHERE released-or-expired`` whose CTE also writes the history
+event and which, when the lease is busy, returns the current row: one round
+trip whether granted or busy. A key's first acquire (no row yet) runs the
+``INSERT … ON CONFLICT`` form after it. Acquire, renew and release run
+prepared at the libpq level (``_pg_exec``).
 
-Tokens: ``max(last + 1, clock_timestamp() in microseconds)``, where ``last``
-is kept in a counter table (``<table>_tokens``) apart from the lease row, so
-an operator's ``DELETE`` of a lease row never restarts a key's tokens, and
-the clock floor keeps tokens above every earlier grant even when the counter
-itself is lost (a promoted standby that had not replayed the last grants).
-The owner secret is a column no read selects. A database an older version
-made is migrated on connect (secret column, counters carried over).
+Tokens: ``max(last + 1, clock_timestamp() in microseconds)``, ``last`` being
+the lease row's token, or when there is no row the key's counter in
+``<table>_tokens``. Grants do not write the counter (it cost a quarter of a
+one-row UPDATE on every acquire): triggers on the lease table write a row's
+token into it when the row is deleted or the table truncated, in the same
+transaction, so an operator's ``DELETE`` of a lease row never restarts a key's
+tokens, independently of the clock. Whatever slips past the triggers (a
+dropped and recreated table, an ``UPDATE`` lowering a token, a lost counter on
+a promoted standby that had not replayed the last grants) is covered by the
+clock floor alone, as on Redis and MongoDB. History: ``<table>_events``, keyed
+by ``(key, id)``, ``id`` from its sequence, capped at ``HISTORY_LIMIT`` events
+a key. The owner secret is a column no read selects.
+
+Upgrades: a database an older version made is migrated on connect
+(``migrate``: secret column, counters carried over, the history's key, the
+triggers), and everything an older version still running beside this one
+needs stays: the counter table (it still writes and reads it: the triggers
+only raise counters), the event sequence (both versions' events interleave
+in one order). A role that may not migrate the previous layout keeps working
+on it, with a warning (``ensure_schema``).
 Release and break notify waiters (``pg_notify``) in the same statement.
 
 Round trips (one statement each, counted on the client): acquire 1, granted
@@ -27,6 +40,7 @@ client-side watchdog (see ``_pg_pool``) for a server that cannot answer.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import random
@@ -59,6 +73,8 @@ from ._pg_exec import Statement
 from ._pg_listener import Listener
 from ._pg_pool import Pool, watchdog
 
+log = logging.getLogger("lease_integrations")
+
 #: Table names: plain identifiers only, short enough for the "_events" suffix.
 TABLE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,49}")
 #: libpq parameters passed through from the URL's query string.
@@ -79,15 +95,15 @@ CREATE TABLE IF NOT EXISTS {t} (
     meta        jsonb NOT NULL DEFAULT '{{}}'
 );
 CREATE TABLE IF NOT EXISTS {e} (
-    id     bigserial PRIMARY KEY,
+    id     bigserial,
     key    text NOT NULL,
     kind   text NOT NULL,
     token  bigint NOT NULL,
     holder text,
     at     timestamptz NOT NULL,
-    detail jsonb NOT NULL DEFAULT '{{}}'
+    detail jsonb NOT NULL DEFAULT '{{}}',
+    PRIMARY KEY (key, id)
 );
-CREATE INDEX IF NOT EXISTS {ei} ON {e} (key, id);
 CREATE TABLE IF NOT EXISTS {c} (
     key   text PRIMARY KEY,
     token bigint NOT NULL
@@ -97,6 +113,36 @@ INSERT INTO {c} (key, token) SELECT key, token FROM {t}
 ON CONFLICT (key) DO UPDATE SET token = GREATEST({c}.token, excluded.token);
 """
 
+# The counter is written when a lease row goes, not on every grant: an
+# operator's DELETE (or TRUNCATE) of lease rows leaves each key's last token in
+# ``<table>_tokens``, in the deleting transaction, and a key's first acquire
+# (ACQUIRE_NEW) floors its token by it. SECURITY DEFINER, so a role allowed to
+# delete lease rows need not be allowed to write the counters; the search_path
+# is pinned to the tables' schema (``{schema}``), pg_temp last, as PostgreSQL
+# advises for such functions. A trigger function cannot be called directly.
+KEEP_TOKENS = """
+CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = {schema}, pg_temp AS $keep$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO {c} AS c (key, token) VALUES (OLD.key, OLD.token)
+        ON CONFLICT (key) DO UPDATE SET token = GREATEST(c.token, excluded.token);
+        RETURN OLD;
+    END IF;
+    INSERT INTO {c} AS c (key, token) SELECT key, token FROM {t}
+    ON CONFLICT (key) DO UPDATE SET token = GREATEST(c.token, excluded.token);
+    RETURN NULL;
+END $keep$;
+DROP TRIGGER IF EXISTS lease_keep_tokens_on_delete ON {t};
+CREATE TRIGGER lease_keep_tokens_on_delete AFTER DELETE ON {t}
+    FOR EACH ROW EXECUTE FUNCTION {fn}();
+DROP TRIGGER IF EXISTS lease_keep_tokens_on_truncate ON {t};
+CREATE TRIGGER lease_keep_tokens_on_truncate BEFORE TRUNCATE ON {t}
+    FOR EACH STATEMENT EXECUTE FUNCTION {fn}();
+"""
+#: The triggers ``KEEP_TOKENS`` makes: ``ensure_schema`` migrates a table without them.
+KEEP_TRIGGERS = ("lease_keep_tokens_on_delete", "lease_keep_tokens_on_truncate")
+
 COLUMNS = "key, holder, token, acquired_at, renewed_at, expires_at, meta"
 
 # Keeps the newest HISTORY_LIMIT events of a key: the statement's snapshot does
@@ -105,56 +151,60 @@ TRIM = """DELETE FROM {e} WHERE key = %(key)s AND EXISTS (SELECT 1 FROM {changed
     AND id <= (SELECT id FROM {e} WHERE key = %(key)s ORDER BY id DESC
                OFFSET %(keep)s LIMIT 1)"""
 
-# What every grant writes besides the lease row, in the same statement: the
-# counter (never below the token just granted) and the history event. The
-# event reads the row as the statement's snapshot shows it (a CTE's reads do
-# not see the statement's own update): a grant over a row that still named a
-# holder took over a lease that expired while held, and the event's
-# ``took_over`` names it. The update only touches a row whose snapshot was
-# free or expired, so the one race left is an expired holder releasing (or an
-# operator breaking it) while this statement waits for the row: then the
-# history shows that release and still this takeover, both true (the lease had
-# expired, on the server's clock, when the statement began).
-_GRANT_WRITES = """ctr AS (
-    INSERT INTO {c} AS c (key, token) SELECT key, token FROM up
-    ON CONFLICT (key) DO UPDATE SET token = GREATEST(c.token, excluded.token)
-),
-ev AS (
-    INSERT INTO {e} (key, kind, token, holder, at, detail)
+# The history event every grant writes besides the lease row, in the same
+# statement. ``up`` carries the row as the statement's snapshot showed it
+# (``old_holder``, ``old_token``; ACQUIRE_NEW joins the
+# snapshot's row: a CTE's reads do not see the statement's own update): a
+# grant over a row that still named a holder took over a lease that expired
+# while held, and the event's ``took_over`` names it. The update only touches a
+# row whose snapshot was free or expired, so the one race left is an expired
+# holder releasing (or an operator breaking it) while this statement waits for
+# the row: then the history shows that release and still this takeover, both
+# true (the lease had expired, on the server's clock, when the statement
+# began). No counter is written: see the module docstring.
+def _grant_event(source: str, old: str) -> str:
+    """The ``ev`` CTE: the event of the grant ``up`` made, its ``took_over``
+    from ``old``'s holder and token, rows from ``source``."""
+    return f"""ev AS (
+    INSERT INTO {{e}} (key, kind, token, holder, at, detail)
     SELECT up.key, 'acquired', up.token, $2, up.t,
-           CASE WHEN o.holder IS NULL THEN $6::jsonb
+           CASE WHEN {old}holder IS NULL THEN $6::jsonb
                 ELSE $6::jsonb || jsonb_build_object('took_over', jsonb_build_object(
-                    'token', o.token, 'holder', o.holder)) END
-    FROM up LEFT JOIN {t} o ON o.key = up.key
+                    'token', {old}token, 'holder', {old}holder)) END
+    FROM {source}
 )"""
+
 
 # Acquire, in one statement, for a key whose row exists (every key after its
 # first grant). The server spends most of a short statement setting up its
 # plan (a node per CTE, subquery and expression), so the statement holds only
-# what every acquire needs: take a released or expired row, bump the counter,
-# write the event; busy: the current row from the statement's snapshot (one
-# join of the snapshot's row with the update's: a second branch for the busy
-# row cost an eighth of the statement to set up). The
-# next token is floored by the row's own token, the counter table and the
-# server's clock (microseconds), so neither a deleted row nor a lost counter
-# brings a token back. Results come in binary (no timestamp formatting on the
-# server, no parsing on the client): granted, token, now, expires_at, then
-# for busy holder, acquired_at, renewed_at, meta. No row at all: ACQUIRE_NEW.
+# what every acquire needs: ``o`` reads the row once from the statement's
+# snapshot (with the server's clock), the update takes it if it is released or
+# expired (judged on the row it locks, so a writer it waited for is re-checked)
+# and the event is written; busy: ``o`` is the current row. The next token is
+# floored by the row's own token and the server's clock (microseconds): while
+# a row exists its token is at or above the key's counter (the counter only
+# takes the tokens of rows that go), so the counter is read only when there is
+# no row (ACQUIRE_NEW). Results come in binary (no timestamp formatting on the
+# server, no parsing on the client): granted, token, now, expires_at, then for
+# busy holder, acquired_at, renewed_at, meta. No row at all: ACQUIRE_NEW.
 ACQUIRE = """
-WITH n AS (SELECT clock_timestamp() AS t),
+WITH o AS (
+    SELECT holder, token, acquired_at, renewed_at, expires_at, meta, clock_timestamp() AS t
+    FROM {t} WHERE key = $1
+),
 up AS (
     UPDATE {t} l SET holder = $2, secret = $3,
-        token = GREATEST(l.token + 1, (SELECT c.token + 1 FROM {c} c WHERE c.key = $1),
-                         (extract(epoch FROM n.t) * 1000000)::bigint),
-        acquired_at = n.t, renewed_at = n.t, expires_at = n.t + make_interval(secs => $4::float8),
+        token = GREATEST(l.token + 1, (extract(epoch FROM o.t) * 1000000)::bigint),
+        acquired_at = o.t, renewed_at = o.t, expires_at = o.t + make_interval(secs => $4::float8),
         meta = $5::jsonb
-    FROM n WHERE l.key = $1 AND (l.holder IS NULL OR l.expires_at <= n.t)
-    RETURNING l.key, l.token, n.t, l.expires_at
+    FROM o WHERE l.key = $1 AND (l.holder IS NULL OR l.expires_at <= o.t)
+    RETURNING l.key, l.token, o.t, l.expires_at, o.holder AS old_holder, o.token AS old_token
 ),
-""" + _GRANT_WRITES + """{trim}
-SELECT up.token IS NOT NULL, coalesce(up.token, l.token), n.t,
-       coalesce(up.expires_at, l.expires_at), l.holder, l.acquired_at, l.renewed_at, l.meta
-FROM n CROSS JOIN {t} l LEFT JOIN up ON true WHERE l.key = $1
+""" + _grant_event("up", "up.old_") + """{trim}
+SELECT up.token IS NOT NULL, coalesce(up.token, o.token), o.t,
+       coalesce(up.expires_at, o.expires_at), o.holder, o.acquired_at, o.renewed_at, o.meta
+FROM o LEFT JOIN up ON true
 """
 # One acquire in TRIM_EVERY (chosen at random, so every key's history is
 # trimmed however its acquires spread over processes) also trims the key's
@@ -168,8 +218,9 @@ trim AS (
                OFFSET {HISTORY_LIMIT - 1} LIMIT 1)
 )"""
 # The first acquire of a key (or after an operator deleted its row): the
-# upsert, floored like ACQUIRE by the counter and the clock; a row made
-# meanwhile by a racing acquire is taken only if it is already free.
+# upsert, floored by the key's counter (the last token of a deleted row) and
+# the clock; a row made meanwhile by a racing acquire is taken only if it is
+# already free.
 ACQUIRE_NEW = """
 WITH n AS (SELECT clock_timestamp() AS t),
 up AS (
@@ -184,7 +235,7 @@ up AS (
     WHERE l.holder IS NULL OR l.expires_at <= excluded.acquired_at
     RETURNING l.key, l.token, l.acquired_at AS t, l.expires_at
 ),
-""" + _GRANT_WRITES + """
+""" + _grant_event("up LEFT JOIN {t} o ON o.key = up.key", "o.") + """
 SELECT true, token, t, expires_at, NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::jsonb
 FROM up
 """
@@ -387,7 +438,6 @@ class PostgresStore(LeaseStore):
 
     def _compose(self) -> dict[str, str]:
         names = {"t": sql.Identifier(self.table), "e": sql.Identifier(f"{self.table}_events"),
-                 "ei": sql.Identifier(f"{self.table}_events_by_key"),
                  "c": sql.Identifier(f"{self.table}_tokens")}
         queries = {"schema": SCHEMA, "renew_many": RENEW_MANY, "break": BREAK,
                    "add_event": ADD_EVENT, "get": GET, "list": LIST, "history": HISTORY}
@@ -481,39 +531,105 @@ class PostgresStore(LeaseStore):
 
     # -- schema ---------------------------------------------------------------------
     def ensure_schema(self) -> None:
-        """Create the tables on first use; a no-op (one read) when they exist,
-        so a user without CREATE rights works on a migrated database."""
+        """Create the tables on first use; a no-op (one read) when they are up
+        to date, so a user without CREATE rights works on a migrated database.
+        Otherwise ``migrate``; a role that may not migrate a layout the
+        statements still run on (this version's grants write nothing that
+        layout lacks) keeps working, with a warning (see ``migrate``)."""
         names = [sql.Identifier(n).as_string(None)  # type: ignore[arg-type]
                  for n in (self.table, f"{self.table}_events", f"{self.table}_tokens",
-                           self.table)]
+                           f"{self.table}_events_by_key")]
         with self._pool.connection() as conn, watchdog().guard(conn.fileno(), self.call_timeout):
             try:
-                # Tables made by an older version lack the counter table and
-                # the secret column: migrate() adds them.
+                # 0: no tables, or an older version's without the counter
+                # table or the secret column (the statements need them);
+                # 1: the previous layout (no counter triggers, events keyed
+                # by id alone); 2: up to date.
                 row = conn.execute(
-                    "SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL "
-                    "AND to_regclass(%s) IS NOT NULL AND EXISTS (SELECT 1 FROM pg_attribute "
-                    "WHERE attrelid = to_regclass(%s) AND attname = 'secret' "
-                    "AND NOT attisdropped)", names).fetchone()
+                    "SELECT CASE WHEN NOT (to_regclass(%(t)s) IS NOT NULL "
+                    "AND to_regclass(%(e)s) IS NOT NULL AND to_regclass(%(c)s) IS NOT NULL "
+                    "AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%(t)s) "
+                    "AND attname = 'secret' AND NOT attisdropped)) THEN 0 "
+                    "WHEN to_regclass(%(ei)s) IS NULL AND (SELECT count(*) FROM pg_trigger "
+                    "WHERE tgrelid = to_regclass(%(t)s) AND tgname = ANY(%(tg)s)) = 2 THEN 2 "
+                    "ELSE 1 END",
+                    {"t": names[0], "e": names[1], "c": names[2], "ei": names[3],
+                     "tg": list(KEEP_TRIGGERS)}).fetchone()
             except psycopg.Error as exc:
                 raise self._unavailable("PostgreSQL error", exc) from None
-        if not (row and row[0]):
-            self.migrate()
+        layout = row[0] if row else 0
+        if layout == 2:
+            return
+        try:
+            self._migrate()
+        except psycopg.errors.InsufficientPrivilege as exc:
+            if layout == 0:
+                raise self._unavailable(
+                    f"cannot create the lease table {self.table!r}", exc) from None
+            log.warning(
+                "PostgreSQL store %s table %s: cannot migrate to this version's layout (%s); "
+                "running on the previous one: an operator's DELETE of a lease row leaves its "
+                "tokens to the clock floor alone, and each event costs one more index entry. "
+                "Run PostgresStore.migrate() as the tables' owner.", self.url, self.table,
+                " ".join(str(exc).split()))
+        except psycopg.Error as exc:
+            raise self._unavailable(
+                f"cannot create the lease table {self.table!r}", exc) from None
 
     def migrate(self) -> None:
         """Create the lease, history and counter tables if missing, or bring
-        an older version's tables up to date (the secret column; counters
-        copied from the lease rows, never lowered). Safe when several
-        processes race: an advisory lock serialises the DDL (``IF NOT EXISTS``
-        alone can still collide in the catalog)."""
+        an older version's up to date, in one transaction:
+
+        - the secret column; counters copied from the lease rows, never lowered;
+        - the history keyed by ``(key, id)`` (it was ``id`` plus an index on
+          ``(key, id)``: one index entry per event fewer); ``id`` still comes
+          from the table's sequence, so an older version running beside this
+          one inserts and orders events exactly as before;
+        - the counter triggers (``KEEP_TOKENS``): grants no longer write the
+          counter, a deleted or truncated lease row does. The counter table
+          stays (an older version still reads and writes it).
+
+        The lease table is locked before the history table, the order in
+        which every statement of the store names them, so a grant already
+        running finishes first instead of deadlocking with the migration. Safe when
+        several processes race: an advisory lock serialises the DDL (``IF NOT
+        EXISTS`` alone can still collide in the catalog)."""
         try:
-            with self._pool.connection() as conn, \
-                    watchdog().guard(conn.fileno(), self.call_timeout), conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
-                             (f"lease_integrations:{self.table}",))
-                conn.execute(self._sql["schema"], prepare=False)
+            self._migrate()
         except psycopg.Error as exc:
             raise self._unavailable(f"cannot create the lease table {self.table!r}", exc) from None
+
+    def _migrate(self) -> None:
+        """``migrate``, raising psycopg's errors."""
+        e = sql.Identifier(f"{self.table}_events")
+        with self._pool.connection() as conn, \
+                watchdog().guard(conn.fileno(), self.call_timeout), conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
+                         (f"lease_integrations:{self.table}",))
+            conn.execute(self._sql["schema"], prepare=False)
+            row = conn.execute(
+                "SELECT c.conname, ARRAY(SELECT a.attname::text FROM unnest(c.conkey) "
+                "WITH ORDINALITY k(num, i) JOIN pg_attribute a ON a.attrelid = c.conrelid "
+                "AND a.attnum = k.num ORDER BY k.i) FROM pg_constraint c "
+                "WHERE c.conrelid = to_regclass(%s) AND c.contype = 'p'",
+                (e.as_string(None),)).fetchone()  # type: ignore[arg-type]
+            if row is None or row[1] != ["key", "id"]:
+                conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(e))
+                if row is not None:
+                    conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(
+                        e, sql.Identifier(row[0])))
+                conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (key, id)").format(e))
+            conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(
+                sql.Identifier(f"{self.table}_events_by_key")))
+            schema = conn.execute(
+                "SELECT n.nspname FROM pg_class c JOIN pg_namespace n "
+                "ON n.oid = c.relnamespace WHERE c.oid = to_regclass(%s)",
+                (sql.Identifier(self.table).as_string(None),)).fetchone()  # type: ignore[arg-type]
+            assert schema is not None  # created above, in this transaction
+            conn.execute(sql.SQL(KEEP_TOKENS).format(
+                t=sql.Identifier(self.table), c=sql.Identifier(f"{self.table}_tokens"),
+                fn=sql.Identifier(f"{self.table}_keep_tokens"),
+                schema=sql.Identifier(schema[0])), prepare=False)
 
     # -- protocol ---------------------------------------------------------------------
     def acquire(self, key: str, holder: str, secret: str, ttl: float,

@@ -1,7 +1,8 @@
 """Issue 13, reproduction 4: the SQL stores keep the token counter apart from
 the lease row, so an operator's ``DELETE FROM leases WHERE key = ...`` never
-restarts a key's tokens; and databases made by the previous schema (counter
-in the lease row, no secret column) are migrated on connect, counters kept."""
+restarts a key's tokens (on PostgreSQL triggers write the counter when a row
+goes, grants do not); and databases made by the previous schema (counter in
+the lease row, no secret column) are migrated on connect, counters kept."""
 
 from __future__ import annotations
 
@@ -80,6 +81,20 @@ def test_an_old_sqlite_database_is_migrated_with_its_counters(tmp_path: Path) ->
         assert grant_and_release(again, "old-key", "third") == 44
 
 
+def test_truncating_the_postgres_lease_table_does_not_reset_tokens(postgres_url: str) -> None:
+    table = "truncated_leases"
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute(f"DROP TABLE IF EXISTS {table}, {table}_events, {table}_tokens")
+    with connect(f"{postgres_url}?table={table}") as store:
+        before = {key: grant_and_release(store, key, "a") for key in ("k1", "k2")}
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            db.execute(f"TRUNCATE {table}")
+            rows = dict(db.execute(f"SELECT key, token FROM {table}_tokens").fetchall())
+        assert rows == before, "the truncate trigger keeps every key's last token"
+        after = {key: grant_and_release(store, key, "b") for key in ("k1", "k2")}
+    assert all(after[key] > before[key] for key in before), (before, after)
+
+
 @pytest.mark.parametrize("table", ["old_schema_leases"])
 def test_an_old_postgres_database_is_migrated_with_its_counters(
     postgres_url: str, table: str
@@ -88,7 +103,12 @@ def test_an_old_postgres_database_is_migrated_with_its_counters(
         db.execute(f"DROP TABLE IF EXISTS {table}, {table}_events, {table}_tokens")
         db.execute(OLD_PG_SCHEMA.format(t=table))
     with connect(f"{postgres_url}?table={table}") as store:
-        assert grant_and_release(store, "old-key", "new") > 41
+        first = grant_and_release(store, "old-key", "new")
+        assert first > 41
         with psycopg.connect(postgres_url, autocommit=True) as db:
             row = db.execute(f"SELECT token FROM {table}_tokens WHERE key = 'old-key'").fetchone()
-        assert row is not None and row[0] > 41
+            assert row is not None and row[0] >= 41, "the row's counter is carried over"
+            db.execute(f"DELETE FROM {table} WHERE key = 'old-key'")
+            row = db.execute(f"SELECT token FROM {table}_tokens WHERE key = 'old-key'").fetchone()
+        assert row == (first,), "the delete trigger keeps the last token"
+        assert grant_and_release(store, "old-key", "newer") > first
