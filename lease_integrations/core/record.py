@@ -73,6 +73,25 @@ def parse_field(key: str, name: str, parse: Callable[[Any], T], value: Any) -> T
         raise CorruptRecord(key, name, f"{type(exc).__name__}: {str(exc)[:200]}") from None
 
 
+#: ``json.dumps(value, default=str)`` without building an encoder per call
+#: (``dumps`` does, whenever it is given ``default``); ``encode`` is reentrant.
+meta_to_json = json.JSONEncoder(default=str).encode
+
+#: Values whose JSON round trip is the value itself (exact types: a str or
+#: int subclass would come back as the base type).
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def meta_as_stored(meta: Any, meta_json: str | bytes) -> dict[str, Any]:
+    """The meta a later read returns (its JSON round trip), for a granted
+    record, without parsing ``meta_json`` back when the round trip cannot
+    change it: the usual flat dict of names and numbers."""
+    if all(type(k) is str and type(v) in _JSON_SCALARS for k, v in meta.items()):
+        return dict(meta)
+    result: dict[str, Any] = json.loads(meta_json)
+    return result
+
+
 def meta_from_json(text: Any) -> dict[str, Any]:
     """The stored meta JSON as a dict (empty for no meta); anything but a JSON
     object is an error (``parse_field`` reports it)."""

@@ -127,6 +127,9 @@ _watchdog: tuple[int, Watchdog] | None = None
 
 def watchdog() -> Watchdog:
     global _watchdog
+    current = _watchdog
+    if current is not None and current[0] == os.getpid():  # every call after the first
+        return current[1]
     with _watchdog_lock:
         if _watchdog is None or _watchdog[0] != os.getpid():
             _watchdog = (os.getpid(), Watchdog())

@@ -59,7 +59,14 @@ from psycopg.types.json import Jsonb
 
 from ..core.config import mask_url, parse_url, query_options
 from ..core.errors import ConfigurationError, StoreUnavailable
-from ..core.record import AcquireResult, LeaseRecord, meta_from_json, parse_field
+from ..core.record import (
+    AcquireResult,
+    LeaseRecord,
+    meta_as_stored,
+    meta_from_json,
+    meta_to_json,
+    parse_field,
+)
 from ..core.store import (
     HISTORY_LIMIT,
     EventKind,
@@ -638,7 +645,7 @@ class PostgresStore(LeaseStore):
             self._busy_since.clear()
         self._busy_since[(threading.get_ident(), key)] = self._busy_since[(None, key)] = \
             time.monotonic()
-        meta_json = json.dumps(dict(meta), default=str).encode()
+        meta_json = meta_to_json(meta if type(meta) is dict else dict(meta)).encode()
         params = (key.encode(), holder.encode(), secret.encode(), repr(float(ttl)).encode(),
                   meta_json, b'{"meta": ' + meta_json + b"}")
         res = self._exec(self._acquire_trim if random.random() < 1 / TRIM_EVERY
@@ -651,7 +658,7 @@ class PostgresStore(LeaseStore):
             now = _time(v(0, 2))
             return AcquireResult(True, LeaseRecord(
                 key, holder, _int(v(0, 1)), now, now, _time(v(0, 3)), now,
-                json.loads(meta_json)))
+                meta_as_stored(meta, meta_json)))
         record = None if res.ntuples == 0 else LeaseRecord(
             key, _text(v(0, 4)), _int(v(0, 1)), _time(v(0, 5)), _time(v(0, 6)), _time(v(0, 3)),
             _time(v(0, 2)), parse_field(key, "meta", _jsonb_meta, v(0, 7)))

@@ -19,7 +19,6 @@ reply was lost would find its own lease and report it busy. The heartbeat and
 from __future__ import annotations
 
 import builtins
-import json
 import logging
 import re
 import time
@@ -32,7 +31,14 @@ from redis.exceptions import RedisClusterException
 
 from ..core.config import mask_url
 from ..core.errors import ConfigurationError, StoreUnavailable
-from ..core.record import AcquireResult, LeaseRecord, meta_from_json, parse_field
+from ..core.record import (
+    AcquireResult,
+    LeaseRecord,
+    meta_as_stored,
+    meta_from_json,
+    meta_to_json,
+    parse_field,
+)
 from ..core.store import (
     HISTORY_LIMIT,
     EventKind,
@@ -62,10 +68,6 @@ DEFAULT_TIMEOUT = redis_connect.DEFAULT_TIMEOUT
 #: Leases per RENEW_MANY call: bounds the time one script holds the server
 #: (about 1 us per lease) and the size of one request.
 RENEW_BATCH = 500
-
-
-#: ``json.dumps(value, default=str)`` without building an encoder per call.
-_to_json = json.JSONEncoder(default=str).encode
 
 
 def _ms(value: Any) -> datetime:
@@ -239,8 +241,7 @@ class RedisStore(LeaseStore):
     # -- protocol -----------------------------------------------------------------
     def acquire(self, key: str, holder: str, secret: str, ttl: float,
                 meta: Mapping[str, Any]) -> AcquireResult:
-        plain = dict(meta)
-        meta_json = _to_json(plain)
+        meta_json = meta_to_json(meta if type(meta) is dict else dict(meta))
         keys = self._prepared(key).acquire
         with self._errors:
             reply = self._call_acquire(keys, (holder, secret, str(max(1, round(ttl * 1000))),
@@ -250,10 +251,8 @@ class RedisStore(LeaseStore):
         _, token, now, expires = reply
         at = _ms(now)
         # Granted: the record is what we sent plus the server's token and times.
-        if any(not isinstance(v, (str, int, float, bool, type(None))) for v in plain.values()):
-            plain = json.loads(meta_json)
         return AcquireResult(True, LeaseRecord(key, holder, int(token), at, at, _ms(expires),
-                                               at, plain))
+                                               at, meta_as_stored(meta, meta_json)))
 
     def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
         with self._errors:

@@ -49,7 +49,14 @@ from typing import Any
 
 from ..core.config import default_state_dir, parse_url, query_options
 from ..core.errors import ConfigurationError, CorruptRecord, StoreUnavailable
-from ..core.record import AcquireResult, LeaseRecord, meta_from_json, parse_field
+from ..core.record import (
+    AcquireResult,
+    LeaseRecord,
+    meta_as_stored,
+    meta_from_json,
+    meta_to_json,
+    parse_field,
+)
 from ..core.store import (
     HISTORY_LIMIT,
     TOOK_OVER,
@@ -240,24 +247,6 @@ MOVE_PENDING = [
 ]
 
 
-#: json.dumps(..., default=str) builds a new encoder on every call: the
-#: acquire's hot path keeps one (encode is reentrant).
-_encode_json = json.JSONEncoder(default=str).encode
-#: Values whose JSON round trip is the value itself (exact types: a str or
-#: int subclass would come back as the base type).
-_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
-def _meta_as_stored(meta: Mapping[str, Any], meta_json: str) -> dict[str, Any]:
-    """The meta a later get() returns (its JSON round trip), without parsing
-    the JSON back when the round trip cannot change it: the usual flat dict
-    of names and numbers."""
-    if all(type(k) is str and type(v) in _JSON_SCALARS for k, v in meta.items()):
-        return dict(meta)
-    result: dict[str, Any] = json.loads(meta_json)
-    return result
-
-
 def _dt(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, timezone.utc)
 
@@ -434,7 +423,7 @@ class SqliteStore(LeaseStore):
     # -- protocol ---------------------------------------------------------------
     def acquire(self, key: str, holder: str, secret: str, ttl: float,
                  meta: Mapping[str, Any]) -> AcquireResult:
-        meta_json = _encode_json(meta if type(meta) is dict else dict(meta))
+        meta_json = meta_to_json(meta if type(meta) is dict else dict(meta))
         detail = '{"meta": ' + meta_json
         with self._transaction() as conn:
             row = conn.execute(ACQUIRE, (key, holder, secret, ttl, meta_json, detail)).fetchone()
@@ -448,7 +437,7 @@ class SqliteStore(LeaseStore):
                 conn.execute(TRIM_EVENTS, {"key": key, "keep": HISTORY_LIMIT})
         now = _dt(acquired)
         return AcquireResult(True, LeaseRecord(key, holder, token, now, now, _dt(expires),
-                                               now, _meta_as_stored(meta, meta_json)))
+                                               now, meta_as_stored(meta, meta_json)))
 
     def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
         with self._transaction() as conn:
