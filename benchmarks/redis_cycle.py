@@ -13,6 +13,7 @@ Contenders, each on its own connection to the same server:
 
 from __future__ import annotations
 
+import statistics
 import uuid
 from typing import Any
 
@@ -109,22 +110,38 @@ def lease_contenders(url: str, key: str) -> list[Contender]:
     ]
 
 
-def server_cpu_us(url: str, c: Contender, cycles: int = 1000) -> float:
-    """redis-server's own CPU time (user + sys, from INFO) per cycle: where the
-    Lua scripts run. Read over many cycles, since INFO reports it coarsely."""
+def server_cpu_us(url: str, cs: list[Contender], cycles: int, rounds: int) -> list[float]:
+    """redis-server's own CPU time (user + sys, from INFO) per cycle, for each
+    contender: where the Lua scripts run. Each figure is the median of
+    ``rounds`` interleaved samples of ``cycles`` cycles, less what the idle
+    server spent in the same time (its timer, ``serverCron``): a slower
+    cycle would otherwise be charged more of that clock work."""
+    import time
+
     info = _client(url)
 
     def used() -> float:
         cpu = info.info("cpu")
         return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
+    def idle_per_s(seconds: float = 0.2) -> float:
+        before, t0 = used(), time.monotonic()
+        time.sleep(seconds)
+        return (used() - before) / (time.monotonic() - t0)
+
+    samples: list[list[float]] = [[] for _ in cs]
     try:
-        before = used()
-        for _ in range(cycles):
-            handle = c.acquire()
-            if c.release is not None:
-                c.release(handle)
-        return round((used() - before) / cycles * 1e6, 1)
+        for _ in range(rounds):
+            idle = idle_per_s()
+            for i, c in enumerate(cs):
+                before, t0 = used(), time.monotonic()
+                for _ in range(cycles):
+                    handle = c.acquire()
+                    if c.release is not None:
+                        c.release(handle)
+                spent = used() - before - idle * (time.monotonic() - t0)
+                samples[i].append(max(0.0, spent) / cycles * 1e6)
+        return [round(statistics.median(s), 1) for s in samples]
     finally:
         info.close()
 
@@ -135,7 +152,9 @@ def run(url: str, runs: int, seconds: float, log: Any, quick: bool = False) -> l
         results = interleaved(cs, runs, seconds, progress=lambda m: log(f"redis cycle: {m}"))
         for c, r in zip(cs, results):
             r.sends_per_cycle, r.sends_acquire = count_sends(c, 50 if quick else 200)
-            r.server_cpu_us = server_cpu_us(url, c, 300 if quick else 1000)
+        for r, cpu in zip(results, server_cpu_us(url, cs, 300 if quick else 1000,
+                                                 3 if quick else 5)):
+            r.server_cpu_us = cpu
         return results
     finally:
         for c in cs:
