@@ -354,10 +354,17 @@ class RedisStore(LeaseStore):
             if remaining <= 0.001:
                 return False
             slice_ = min(remaining, self._wait_slice)
+            flag_ms = round(slice_ * 1000) + redis_scripts.WAIT_WINDOW_MS
             try:
-                self._wait_client.set(keys.waiting, "1",
-                                      px=round(slice_ * 1000) + redis_scripts.WAIT_WINDOW_MS)
-                if self._wait_client.blpop([keys.wake], timeout=slice_):
+                if self._cluster:
+                    self._wait_client.set(keys.waiting, "1", px=flag_ms)
+                    woken = self._wait_client.blpop([keys.wake], timeout=slice_)
+                else:  # one round trip: a waiter queues as soon as it was told busy
+                    pipe = self._wait_client.pipeline(transaction=False)
+                    pipe.set(keys.waiting, "1", px=flag_ms)
+                    pipe.blpop([keys.wake], timeout=slice_)
+                    woken = pipe.execute()[1]
+                if woken:
                     return True
             except (redis.RedisError, RedisClusterException) as exc:
                 log.debug("waiting on %s failed: %s", key, exc)
