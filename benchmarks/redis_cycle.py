@@ -23,6 +23,7 @@ from .harness import Contender, Result, count_sends, interleaved
 
 TTL = 30.0  # long enough that no renewal or expiry happens inside a cycle
 BASELINE = "redis-py Lock"
+HOLD = "lease_integrations LeaseLock.hold()"
 
 
 def _client(url: str) -> Any:
@@ -101,12 +102,22 @@ def lease_contenders(url: str, key: str) -> list[Contender]:
     def lock_acquire() -> Any:
         return lock.acquire(wait=0)
 
+    hold_store = connect(url)
+    held = LeaseLock(hold_store, f"{key}-hold", ttl=TTL)
+
+    def hold_enter() -> Any:  # `with held.hold(): pass`, split at the block
+        block = held.hold()
+        block.__enter__()
+        return block
+
     return [
         Contender("lease_integrations store calls", raw_acquire,
                   lambda token: raw_store.release(f"{key}-raw", secret, token),
                   close=raw_store.close, note="store.acquire + store.release, no heartbeat"),
         Contender("lease_integrations LeaseLock", lock_acquire, lock.release,
                   close=lock_store.close, note="with heartbeat registration"),
+        Contender(HOLD, hold_enter, lambda block: block.__exit__(None, None, None),
+                  close=hold_store.close, note="with lock.hold(): pass (fail-stop armed)"),
     ]
 
 

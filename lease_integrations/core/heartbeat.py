@@ -55,7 +55,10 @@ class Heartbeat:
     losses on the lease."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        # ``with self._lock`` where no wait is involved: a Condition's own
+        # ``__enter__``/``__exit__`` are Python calls on every add and remove.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._heap: list[tuple[float, int, str, _Entry]] = []
         self._seq = itertools.count()
         self._entries: dict[int, _Entry] = {}
@@ -72,7 +75,7 @@ class Heartbeat:
     # -- registration -------------------------------------------------------
     def add(self, lease: Lease, store: LeaseStore, interval: float) -> None:
         entry = _Entry(lease, store, interval, retry_delay=max(0.02, min(interval / 4, 1.0)))
-        with self._cond:
+        with self._lock:
             self._entries[id(lease)] = entry
             due = time.monotonic() + interval
             self._push(due, "renew", entry)
@@ -85,7 +88,7 @@ class Heartbeat:
         """Stop renewing ``lease``. Does not wait for a renewal in flight: one
         that reaches the store after the release finds no matching holder and
         fails harmlessly, so a release (on SIGTERM, say) is never delayed."""
-        with self._cond:
+        with self._lock:
             entry = self._entries.pop(id(lease), None)
             if entry is not None:
                 entry.active = False

@@ -112,6 +112,8 @@ class LeaseLock:
         self.grace = self._validate_grace(grace)
         self.on_lost = validate_policy(on_lost, ON_LOST_POLICIES, "on_lost")
         self.meta = validate_meta(meta)
+        #: This lock's entry in the enclosing blocks' set (see ``_enter_scope``).
+        self._scope = frozenset({(store.url, self.key)})
 
     def _validate_margin(self, margin: float | None) -> float:
         if margin is None:
@@ -361,14 +363,13 @@ class LeaseLock:
         """Note this key as held by the enclosing blocks of this thread or task,
         or raise ``NotReentrant`` at once if it already is. A set, not a stack:
         blocks may end out of order (a generator's hold closed inside another)."""
-        scope = (self.store.url, self.key)
         enclosing = _enclosing.get()
-        if scope in enclosing:
+        if not enclosing.isdisjoint(self._scope):
             raise NotReentrant(self.key, self.store.get(self.key))
-        _enclosing.set(enclosing | {scope})
+        _enclosing.set(enclosing | self._scope if enclosing else self._scope)
 
     def _leave_scope(self) -> None:
-        _enclosing.set(_enclosing.get() - {(self.store.url, self.key)})
+        _enclosing.set(_enclosing.get() - self._scope)
 
     def _identity(self, meta: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
         if not meta:  # the usual call: the lock's own meta, validated once per process
