@@ -89,6 +89,23 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
     atexit.register(threading.Event().wait)
     started_with = descendants()  # a stop hook may orphan some (BashOperator's on_kill)
     try:
+        _steps_before_the_kill(lease, callbacks, started, deadline)
+        try:
+            frozen = freeze(known=started_with)  # no descendant works from here on
+        except Exception:  # never skip the kill: fall back to what was seen at the start
+            log.exception("fail-stop: walking the process tree failed")
+            frozen = started_with
+        _flush()
+        end_frozen(frozen, lease.grace, after_we_exit=True)
+    finally:
+        os._exit(LEASE_LOST_EXIT_STATUS)
+
+
+def _steps_before_the_kill(lease: Lease, callbacks: list[LostCallback], started: object,
+                           deadline: float) -> None:
+    """Steps 1-4, each bounded. Nothing here may keep the tree from being
+    frozen and ended: whatever goes wrong is logged and the ladder goes on."""
+    try:
         log.critical(
             "lease %s (token %s) lost: %s; stopping this process and everything it started "
             "(exit status %d)", lease.key, lease.token, lease.lost_reason, LEASE_LOST_EXIT_STATUS,
@@ -107,15 +124,8 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
         for hook in hooks:
             _bounded(hook, deadline, f"stop hook {hook!r}")
         _bounded(lambda: _release_others(lease), deadline, "releasing the other leases")
-        try:
-            frozen = freeze(known=started_with)  # no descendant works from here on
-        except Exception:  # never skip the kill: fall back to what was seen at the start
-            log.exception("fail-stop: walking the process tree failed")
-            frozen = started_with
-        _flush()
-        end_frozen(frozen, lease.grace, after_we_exit=True)
-    finally:
-        os._exit(LEASE_LOST_EXIT_STATUS)
+    except BaseException:
+        log.exception("fail-stop: a step before the kill failed; ending the process tree anyway")
 
 
 #: How long a SIGTERM waits for the process's leases to be given back.
@@ -164,7 +174,11 @@ def _bounded(step: Callable[[], object], deadline: float, what: str) -> None:
             log.exception("fail-stop: %s raised", what)
 
     thread = threading.Thread(target=run, name="lease-fail-stop", daemon=True)
-    thread.start()
+    try:
+        thread.start()
+    except RuntimeError:  # Python 3.12 refuses new threads once the interpreter is ending
+        log.error("fail-stop: no thread for %s (the interpreter is ending); skipped", what)
+        return
     thread.join(remaining)
     if thread.is_alive():
         log.error("fail-stop: %s did not finish in time; going on", what)

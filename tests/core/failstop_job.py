@@ -17,6 +17,10 @@ Shapes:
   a ``BashOperator``'s ``on_kill`` ends its command): the waiting main thread
   wakes and the block ends while the ladder runs, and the grandchild, in a
   session of its own, is orphaned to init before the tree is frozen.
+- ``no-new-threads``: as ``child``, then no thread can be started any more,
+  as Python 3.12 refuses them once the interpreter is ending (a stop hook
+  that ends what the main thread waits for lets it end the interpreter
+  while the ladder runs): every bounded step of the ladder is then refused.
 Prints ``held TOKEN PID...`` (the job's descendants) once all work runs.
 """
 
@@ -105,7 +109,7 @@ def main() -> None:
                         pool.submit(work, f"thread{i}")
                     working.wait()
                     started(lease, [])
-            elif args.shape in ("child", "mixed", "hook-ends-child"):
+            elif args.shape in ("child", "mixed", "hook-ends-child", "no-new-threads"):
                 pool = ThreadPoolExecutor(2)
                 if args.shape == "mixed":
                     for i in range(2):
@@ -121,6 +125,12 @@ def main() -> None:
                 if args.shape == "hook-ends-child":
                     with stop_hook(child.kill):
                         child.wait()
+                elif args.shape == "no-new-threads":
+                    def refuse(self: threading.Thread) -> None:
+                        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+                    threading.Thread.start = refuse  # type: ignore[method-assign]
+                    child.wait()
                 else:
                     child.wait()
             elif args.shape == "main-sleep":
