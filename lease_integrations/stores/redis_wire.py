@@ -33,6 +33,12 @@ def pack_one_key_calls(sha: str, calls: Sequence[Sequence[str]]) -> bytes:
                      for call in calls])
 
 
+#: Heads are kept for calls of at most this many keys (one lease's calls);
+#: a batch's head is packed afresh, or 4,096 kept batches of 500 keys would
+#: hold a hundred megabytes.
+KEPT_KEYS = 4
+
+
 class ScriptCall:
     """One Lua script (a redis-py ``Script``) called with hand-packed arguments."""
 
@@ -45,16 +51,20 @@ class ScriptCall:
         self._heads: dict[tuple[tuple[str, ...], int], bytes] = {}
 
     def _head(self, keys: Sequence[str], nargs: int) -> bytes:
+        if len(keys) > KEPT_KEYS:  # a renewal batch: its set of keys rarely comes again
+            return self._pack_head(keys, nargs)
         shape = (tuple(keys), nargs)
         head = self._heads.get(shape)
         if head is None:
             if len(self._heads) > 4096:  # bounded: a process touching many keys
                 self._heads.clear()
-            words = [b"EVALSHA", self._script.sha.encode(), str(len(keys)).encode(),
-                     *(k.encode() for k in keys)]
-            head = self._heads[shape] = b"*%d\r\n" % (len(words) + nargs) + b"".join(
-                _bulk(w) for w in words)
+            head = self._heads[shape] = self._pack_head(keys, nargs)
         return head
+
+    def _pack_head(self, keys: Sequence[str], nargs: int) -> bytes:
+        words = [b"EVALSHA", self._script.sha.encode(), str(len(keys)).encode(),
+                 *(k.encode() for k in keys)]
+        return b"*%d\r\n" % (len(words) + nargs) + b"".join(_bulk(w) for w in words)
 
     def __call__(self, keys: Sequence[str], args: Sequence[str]) -> Any:
         packed = self._head(keys, len(args)) + b"".join([_bulk(a.encode()) for a in args])

@@ -43,3 +43,23 @@ def test_a_call_cut_short_after_its_write_does_not_hand_its_reply_to_the_next(
         assert again.granted and again.record is not None and again.record.holder == "second"
     finally:
         store.close()
+
+
+def test_renewal_batches_do_not_fill_the_packed_call_cache(redis_url: str, key: str) -> None:
+    """Each heartbeat batch is a different set of keys: keeping its packed
+    head would grow memory with every batch (up to 4,096 heads of 500 keys)."""
+    store = connect(redis_url)
+    assert isinstance(store, RedisStore)
+    try:
+        leases = []
+        for i in range(12):
+            rec = store.acquire(f"{key}-{i}", "h", f"s{i}", 30, {}).record
+            assert rec is not None
+            leases.append((f"{key}-{i}", f"s{i}", rec.token, 30.0))
+        for batch in (leases[:5], leases[5:], leases[2:9]):
+            assert store.renew_many(batch) == [True] * len(batch)
+        assert store._call_renew_many._heads == {}  # type: ignore[attr-defined]
+        assert store.renew(*leases[0])  # one lease's call is still packed once and kept
+        assert len(store._call_renew._heads) == 1  # type: ignore[attr-defined]
+    finally:
+        store.close()
