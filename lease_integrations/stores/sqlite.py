@@ -41,6 +41,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
@@ -341,13 +342,30 @@ class SqliteStore(LeaseStore):
             try:
                 conn = sqlite3.connect(self.path, timeout=self.busy_timeout,
                                        isolation_level=None, check_same_thread=False)
-                conn.execute("PRAGMA journal_mode=WAL")
+                self._switch_to_wal(conn)
                 conn.execute("PRAGMA synchronous=FULL")
                 conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
             except sqlite3.Error as exc:
                 raise StoreUnavailable(f"cannot open SQLite database: {exc}", url=self.url) from exc
             self._conn, self._pid = conn, os.getpid()
         return self._conn
+
+    def _switch_to_wal(self, conn: sqlite3.Connection) -> None:
+        """Connections switching a new file to WAL at once each take a read
+        lock, then ask to upgrade it; SQLite refuses all but one at once,
+        without calling the busy handler (waiting there could deadlock). The
+        winner's switch takes milliseconds, so retry until busy_timeout."""
+        deadline = time.monotonic() + self.busy_timeout
+        pause = 0.001
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     @contextmanager
     def _transaction(self, immediate: bool = True) -> Iterator[sqlite3.Connection]:
