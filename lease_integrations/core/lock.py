@@ -25,7 +25,14 @@ from typing import Any, Literal
 
 from . import metrics
 from .backoff import Backoff
-from .errors import ConfigurationError, LeaseBusy, LeaseError, LeaseLost, NotReentrant
+from .errors import (
+    ConfigurationError,
+    LeaseBusy,
+    LeaseError,
+    LeaseLost,
+    NotReentrant,
+    StoreUnavailable,
+)
 from .failstop import release_on_sigterm
 from .heartbeat import get_heartbeat
 from .lease import Lease
@@ -154,11 +161,16 @@ class LeaseLock:
         secret = new_secret()
         deadline = None if limit is None else time.monotonic() + limit
         backoff: Backoff | None = None  # made on the first busy answer only
+        late = False
         while True:
             started = time.monotonic()
             result = self.store.acquire(self.key, holder, secret, self.ttl, full_meta)
             if result.granted:
-                return self._start(result, started, secret)
+                if time.monotonic() < started + self.ttl - self.margin:
+                    return self._start(result, started, secret)
+                self._give_back_late(result, started, secret, again=late)
+                late = True
+                continue
             backoff = backoff or Backoff()
             delay = self._next_wait(result, backoff, deadline)
             if delay is None:
@@ -217,6 +229,10 @@ class LeaseLock:
             self.key, secret, token, self.ttl) else None
         if record is None or record.token != token or record.holder is None:
             raise LeaseLost(self.key, token, "the store refused to renew the lease to adopt")
+        if time.monotonic() >= started + self.ttl - self.margin:
+            raise LeaseLost(self.key, token, f"the renewal to adopt answered after "
+                            f"{time.monotonic() - started:.3g} s, past its trust window "
+                            f"(ttl - margin = {self.ttl - self.margin:g} s)")
         return self._start(AcquireResult(True, record), started, secret=secret)
 
     def forget(self, lease: Lease) -> None:
@@ -255,11 +271,16 @@ class LeaseLock:
         secret = new_secret()
         deadline = None if limit is None else time.monotonic() + limit
         backoff = Backoff()
+        late = False
         while True:
             started = time.monotonic()
             result = await self._acquire_attempt_async(holder, secret, full_meta)
             if result.granted:
-                return self._start(result, started, secret)
+                if time.monotonic() < started + self.ttl - self.margin:
+                    return self._start(result, started, secret)
+                await asyncio.to_thread(self._give_back_late, result, started, secret, again=late)
+                late = True
+                continue
             delay = self._next_wait(result, backoff, deadline)
             if delay is None:
                 raise self._busy(result)
@@ -400,6 +421,36 @@ class LeaseLock:
         elif expires_in is not None and expires_in > 0:
             delay = min(delay, expires_in + 0.001)
         return delay if remaining is None else min(delay, remaining)
+
+    def _give_back_late(self, result: AcquireResult, started: float, secret: str, *,
+                        again: bool) -> None:
+        """A grant that reaches us after its trust window closed (this process
+        was paused, or the store answered that slowly) may already have
+        expired in the store and been granted to someone else: using it would
+        overlap them. Give it back (refused harmlessly if it is no longer
+        ours) and ask again; the answer to that says who holds the key now.
+        A second late grant means the store cannot answer within a window at
+        all: an error, not a lease that would be lost on arrival."""
+        record = result.record
+        assert record is not None
+        took = time.monotonic() - started
+        window = self.ttl - self.margin
+        try:
+            self.store.release(self.key, secret, record.token)
+        except LeaseError as exc:  # it expires after its ttl; nobody trusts it
+            log.warning("could not give back late lease %s (token %s): %s",
+                        self.key, record.token, exc)
+        if again:
+            raise StoreUnavailable(
+                f"lease {self.key!r}: the store granted it twice in a row only after its trust "
+                f"window closed (the last attempt took {took:.3g} s; ttl - margin is "
+                f"{window:g} s); both grants were given back. Raise ttl, or find what paused "
+                f"this process or slowed the store", url=self.store.url)
+        log.warning("lease %s (token %s) was granted %.3g s after the attempt began, past its "
+                    "trust window (ttl - margin = %g s): given back, asking again",
+                    self.key, record.token, took, window,
+                    extra={"lease_event": "late_grant", "lease_key": self.key,
+                           "lease_token": record.token})
 
     def _busy(self, result: AcquireResult) -> LeaseBusy:
         busy = LeaseBusy(self.key, result.record)
