@@ -64,7 +64,10 @@ class RedisServer:
     `pause`/`resume` freeze it with SIGSTOP/SIGCONT (a hung server, TCP kept)."""
 
     def __init__(self, directory: Path, *, persistent: bool = False, tls: bool = False,
+                 cert: tuple[Path, Path] | None = None,
                  extra_args: tuple[str, ...] = ()) -> None:
+        """``tls`` serves TLS only, with a certificate of its own; ``cert`` (certificate,
+        key) serves TLS with that one instead, so several servers share one CA."""
         self.extra_args = extra_args  # more redis-server options (cluster mode, replicaof)
         self.binary = os.environ.get(SERVER_ENV) or DEFAULT_BINARY
         if not Path(self.binary).is_file():
@@ -76,7 +79,9 @@ class RedisServer:
         self.paused = False
         self.tls_cert: Path | None = None
         self.tls_key: Path | None = None
-        if tls:
+        if cert is not None:
+            self.tls_cert, self.tls_key = cert
+        elif tls:
             self.tls_cert, self.tls_key = make_self_signed_cert(directory)
 
     @property

@@ -3,6 +3,8 @@
 - ``redis_cluster``: three masters (``--cluster-enabled yes``) joined by
   ``redis-cli --cluster create``; ``redis_cluster_url`` is its
   ``redis+cluster://`` URL. One cluster per session.
+  ``RedisClusterNodes(root, tls=True)`` is the same over TLS only (clients and
+  the cluster bus), every node serving one self-signed certificate.
 - ``redis_sentinel``: a primary, one replica and one sentinel watching them;
   ``redis_sentinel_url`` is its ``redis+sentinel://`` URL. One per session.
 
@@ -17,6 +19,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -25,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from .redis_server import DEFAULT_BINARY, SERVER_ENV, RedisServer, free_port
+from .redis_server import DEFAULT_BINARY, SERVER_ENV, RedisServer, free_port, make_self_signed_cert
 
 READY_TIMEOUT = 30.0
 SERVICE = "leases"
@@ -37,14 +40,16 @@ def _cli() -> str:
     return str(beside) if beside.exists() else (shutil.which("redis-cli") or "redis-cli")
 
 
-def command(port: int, *args: str, timeout: float = 2.0) -> str:
-    """One command over a raw socket in RESP, answered as text (fixture code must
-    not depend on the code under test)."""
+def command(port: int, *args: str, timeout: float = 2.0, ca_file: Path | None = None) -> str:
+    """One command over a raw socket in RESP (TLS trusting ``ca_file`` if given),
+    answered as text (fixture code must not depend on the code under test)."""
     parts = [f"*{len(args)}\r\n".encode()]
     for arg in args:
         data = arg.encode()
         parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw:
+        sock = raw if ca_file is None else ssl.create_default_context(
+            cafile=str(ca_file)).wrap_socket(raw, server_hostname="127.0.0.1")
         sock.sendall(b"".join(parts))
         reply = b""
         deadline = time.monotonic() + timeout
@@ -84,30 +89,39 @@ def wait_for(predicate: object, what: str, timeout: float = READY_TIMEOUT) -> No
 class RedisClusterNodes:
     """Three cluster-enabled masters with every slot assigned."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, tls: bool = False) -> None:
         self.root = root
         self.nodes: list[RedisServer] = []
+        self.cert = make_self_signed_cert(root) if tls else None
 
     @property
     def url(self) -> str:
-        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+        """``redis+cluster://``, or ``rediss+cluster://`` trusting the nodes' certificate."""
+        hosts = ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+        if self.cert is None:
+            return f"redis+cluster://{hosts}"
+        return f"rediss+cluster://{hosts}?ssl_ca_certs={self.cert[0]}"
 
     def start(self) -> None:
         for i in range(3):
             directory = self.root / f"node-{i}"
             directory.mkdir()
-            node = RedisServer(directory, extra_args=(
+            node = RedisServer(directory, cert=self.cert, extra_args=(
                 "--cluster-enabled", "yes", "--cluster-config-file", str(directory / "nodes.conf"),
-                "--cluster-port", str(free_port()), "--cluster-node-timeout", "5000"))
+                "--cluster-port", str(free_port()), "--cluster-node-timeout", "5000",
+                *(("--tls-cluster", "yes") if self.cert else ())))
             self.nodes.append(node)
             node.start()
+        ca_file = self.cert[0] if self.cert else None
         subprocess.run(
-            [_cli(), "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+            [_cli(), *(("--tls", "--cacert", str(ca_file)) if ca_file else ()),
+             "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
              "--cluster-replicas", "0", "--cluster-yes"],
             check=True, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
         for node in self.nodes:
-            wait_for(lambda node=node: "cluster_state:ok" in command(node.port, "CLUSTER", "INFO"),
-                     f"cluster node {node.port} to see the whole cluster")
+            wait_for(lambda node=node: "cluster_state:ok" in command(
+                node.port, "CLUSTER", "INFO", ca_file=ca_file),
+                f"cluster node {node.port} to see the whole cluster")
 
     def stop(self) -> None:
         for node in self.nodes:
