@@ -20,6 +20,7 @@ object shared by hundreds of busy threads still renews its leases on time.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -212,15 +213,20 @@ def _cluster(s: RedisSettings, size: int) -> Any:
 
     (host, port), *others = s.nodes
     # A URL (without credentials) is how redis-py lets a Cluster use a pool class
-    # that waits; the other hosts are further startup nodes.
+    # that waits; the other hosts are further startup nodes. ``rediss`` makes each
+    # node's pool use SSLConnection, which takes no ``ssl`` argument. The pool
+    # class carries the pool timeout and the TLS options itself: the Cluster
+    # passes its nodes only the keywords its release lists (5.0 drops
+    # ssl_check_hostname and timeout).
     first = f"{'rediss' if s.tls else 'redis'}://{host}:{port}"
     kwargs = _connection_kwargs(s)
     del kwargs["retry"]  # RedisCluster takes it as its own argument
+    pool_class = functools.partial(FairBlockingConnectionPool, timeout=s.socket_timeout,
+                                   **s.tls_options)
     return RedisCluster(url=first, startup_nodes=[ClusterNode(h, p)  # type: ignore[no-untyped-call]
                                                    for h, p in others],
-                        connection_pool_class=FairBlockingConnectionPool,
-                        max_connections=size, timeout=s.socket_timeout, retry=no_retry(),
-                        **kwargs, **_tls_kwargs(s))
+                        connection_pool_class=pool_class, max_connections=size,
+                        retry=no_retry(), **kwargs)
 
 
 def _sentinel(s: RedisSettings, size: int) -> redis.Redis:
