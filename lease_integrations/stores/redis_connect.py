@@ -325,7 +325,8 @@ def adopt_client(client: Any) -> None:
         raise ConfigurationError(
             "the Redis client for the lease store must be built with decode_responses=True")
     retry = client.get_retry() if isinstance(client, redis.Redis) else client.retry
-    if retry is None or retry.get_retries() > 0:
+    # Retry.get_retries() came after redis-py 5.0, which keeps the count in _retries.
+    if retry is None or getattr(retry, "get_retries", lambda: retry._retries)() > 0:
         log.debug("lease store: switching the Redis client's automatic retries off")
         _set_retry(client, no_retry())
 
