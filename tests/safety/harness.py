@@ -107,20 +107,32 @@ class Scenario:
         return t
 
     def pause(self, worker: str, until: Callable[[], bool], timeout: float) -> None:
-        """SIGSTOP the worker until ``until()`` holds (bounded), then SIGCONT."""
+        """SIGSTOP the worker until ``until()`` holds (bounded), then SIGCONT.
+
+        The stop lands between the worker's ledger writes: the harness holds
+        the ledger's write lock until the stop has taken effect. A worker
+        stopped inside its write transaction would keep that lock, and no
+        other worker could write to the ledger until it resumed."""
         proc = self.procs[worker]
-        start = time.monotonic_ns()
-        os.kill(proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + timeout
+        ledger = sqlite3.connect(self.ledger, isolation_level=None, timeout=timeout)
         try:
-            deadline = time.monotonic() + timeout
-            while not until():
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"condition not reached while {worker} was paused")
-                time.sleep(0.02)
+            ledger.execute("BEGIN IMMEDIATE")  # waits for a write in progress to end
+            start = time.monotonic_ns()
+            os.kill(proc.pid, signal.SIGSTOP)
+            try:
+                _wait_until_stopped(proc.pid, deadline)
+                ledger.execute("ROLLBACK")
+                while not until():
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"condition not reached while {worker} was paused")
+                    time.sleep(0.02)
+            finally:
+                end = time.monotonic_ns()
+                os.kill(proc.pid, signal.SIGCONT)
+                self.log.write("paused", target=proc.pid, victim=worker, **{"from": start, "to": end})
         finally:
-            end = time.monotonic_ns()
-            os.kill(proc.pid, signal.SIGCONT)
-            self.log.write("paused", target=proc.pid, victim=worker, **{"from": start, "to": end})
+            ledger.close()
 
     def cut_off(self, worker: str, start: int, end: int) -> None:
         self.log.write("cut_off", target=self.procs[worker].pid, victim=worker, **{"from": start, "to": end})
@@ -159,6 +171,30 @@ class Scenario:
         self.stop_all()
         self._sampling.set()
         self.store.close()
+
+
+def _wait_until_stopped(pid: int, deadline: float) -> None:
+    """Poll until every thread of ``pid`` is stopped (or it has exited):
+    kill() returns before a SIGSTOP takes effect on another core."""
+    while not _stopped(pid):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} did not stop")
+        time.sleep(0.001)
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return True
+    for task in tasks:
+        try:
+            stat = Path(f"/proc/{pid}/task/{task}/stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended
+        if stat.rpartition(")")[2].split()[0] not in ("T", "t", "Z", "X"):
+            return False
+    return True
 
 
 def with_suppressed(fn: Callable[..., Any], *args: Any) -> None:

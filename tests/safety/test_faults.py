@@ -4,6 +4,7 @@ black-holes traffic. After every scenario the checker judges the history."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -68,6 +69,35 @@ def test_sigstop_past_the_ttl_then_the_fence_refuses_the_late_write(scenario: Sc
     assert late["token"] < scenario.first("successor", "acquire")(scenario.events())["token"]
     assert lost["token"] == late["token"]
     record(scenario.url, "SIGSTOP > ttl, SIGCONT", verdict)
+
+
+def test_a_pause_never_stops_a_worker_inside_its_ledger_write(tmp_path: Path) -> None:
+    """A worker stopped inside its ledger transaction would hold the ledger's
+    write lock, and no successor could write until it resumed: the pause
+    must land between writes. Each pause here starts while a slow write
+    (0.3 s, 0.2 s apart) holds the lock."""
+    run = Scenario(tmp_path, f"sqlite://{tmp_path}/leases.db", "pause_between_writes")
+    try:
+        run.spawn("writer", ttl=TTL, hold=200, writes=1000, write_seconds=0.3)
+        for _ in range(3):
+            run.wait_for(lambda _: not _ledger_writable(run.ledger), 30, "the writer to be mid-write")
+            run.pause("writer", until=lambda: _ledger_writable(run.ledger), timeout=5)
+    finally:
+        run.close()
+
+
+def _ledger_writable(ledger: Path) -> bool:
+    conn = sqlite3.connect(ledger, isolation_level=None, timeout=0)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc):
+            raise
+        return False
+    finally:
+        conn.close()
 
 
 def test_a_wrong_wall_clock_changes_nobody_s_lease(scenario: Scenario) -> None:

@@ -38,11 +38,14 @@ def shift_wall_clock(offset: float) -> None:
     time.time_ns = lambda: real_time_ns() + int(offset * 1e9)  # type: ignore[assignment]
 
 
-def fenced_write(ledger: sqlite3.Connection, token: int, worker: str) -> bool:
+def fenced_write(ledger: sqlite3.Connection, token: int, worker: str, seconds: float = 0.0) -> bool:
+    """One fenced write; ``seconds`` models a slow one (held inside the transaction)."""
     ledger.execute("BEGIN IMMEDIATE")
     try:
         SqlFence().check(ledger, "resource", token)
         ledger.execute("INSERT INTO writes (token, worker) VALUES (?, ?)", (token, worker))
+        if seconds:
+            time.sleep(seconds)
     except StaleToken:
         ledger.execute("ROLLBACK")
         return False
@@ -63,6 +66,7 @@ def main() -> None:
     p.add_argument("--ttl", type=float, default=2.0)
     p.add_argument("--hold", type=float, default=0.3)
     p.add_argument("--writes", type=int, default=3)
+    p.add_argument("--write-seconds", type=float, default=0.0)
     p.add_argument("--policy", default="check")
     p.add_argument("--wait", type=float, default=30.0)
     p.add_argument("--grants", type=int, default=1)
@@ -108,7 +112,7 @@ def main() -> None:
         lease.on_lost(report_loss)
         try:
             for _ in range(args.writes):
-                ok = fenced_write(ledger, lease.token, args.worker)
+                ok = fenced_write(ledger, lease.token, args.worker, args.write_seconds)
                 log.write("write", token=lease.token, ok=ok)
                 time.sleep(args.hold / max(args.writes, 1))
         except LeaseLost:
