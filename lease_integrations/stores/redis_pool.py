@@ -11,12 +11,23 @@ to the thread that has waited longest, so every wait is about
 
 from __future__ import annotations
 
+import inspect
 import queue
 import threading
 from collections import deque
 from typing import Any
 
 import redis
+
+_NAME = inspect.signature(redis.ConnectionPool.get_connection).parameters.get("command_name")
+#: redis-py before 5.3 requires a command name in ``get_connection`` (and ignores
+#: it); 5.3 on warns (DeprecationWarning) when given one.
+_NEEDS_COMMAND_NAME = _NAME is not None and _NAME.default is inspect.Parameter.empty
+
+
+def get_connection(pool: Any) -> Any:
+    """A connection from a redis-py pool, on every redis-py the extra admits."""
+    return pool.get_connection("EVALSHA") if _NEEDS_COMMAND_NAME else pool.get_connection()
 
 
 class _Waiter:
@@ -70,3 +81,4 @@ class FairBlockingConnectionPool(redis.BlockingConnectionPool):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("queue_class", FairQueue)
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+

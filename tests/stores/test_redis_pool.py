@@ -14,7 +14,7 @@ import pytest
 
 from lease_integrations import LeaseBusy, LeaseLock, LeaseLost, connect
 from lease_integrations.core.errors import StoreUnavailable
-from lease_integrations.stores.redis_pool import FairQueue
+from lease_integrations.stores.redis_pool import FairQueue, get_connection
 
 THREADS = 200
 SECONDS = 10.0
@@ -84,7 +84,7 @@ def test_renewals_need_no_free_connection_in_the_stores_main_pool(redis_url: str
         lock = LeaseLock(store, key, ttl=1.0, on_lost="check")  # renewed every ~0.33 s
         lease = lock.acquire(wait=0)
         pool = store._client.connection_pool  # type: ignore[attr-defined]
-        taken = [pool.get_connection() for _ in range(2)]
+        taken = [get_connection(pool) for _ in range(2)]
         try:
             start = lease.trusted_until
             deadline = time.monotonic() + 10
@@ -133,3 +133,4 @@ def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.005)
+
