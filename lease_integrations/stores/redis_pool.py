@@ -23,6 +23,9 @@ _NAME = inspect.signature(redis.ConnectionPool.get_connection).parameters.get("c
 #: redis-py before 5.3 requires a command name in ``get_connection`` (and ignores
 #: it); 5.3 on warns (DeprecationWarning) when given one.
 _NEEDS_COMMAND_NAME = _NAME is not None and _NAME.default is inspect.Parameter.empty
+#: redis-py before 7.0: ``BlockingConnectionPool.disconnect()`` takes no argument.
+_DISCONNECT_TAKES_FLAG = "inuse_connections" in inspect.signature(
+    redis.BlockingConnectionPool.disconnect).parameters
 
 
 def get_connection(pool: Any) -> Any:
@@ -82,3 +85,18 @@ class FairBlockingConnectionPool(redis.BlockingConnectionPool):
         kwargs.setdefault("queue_class", FairQueue)
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
 
+    def disconnect(self, inuse_connections: bool = True) -> None:
+        """Every connection, or the idle ones only: redis-py's Sentinel asks
+        for ``disconnect(inuse_connections=False)`` when it finds a new primary,
+        which ``BlockingConnectionPool`` takes only from redis-py 7.0 on (before,
+        every Sentinel store failed at its first connect with a TypeError)."""
+        if _DISCONNECT_TAKES_FLAG:
+            super().disconnect(inuse_connections)
+        elif inuse_connections:
+            super().disconnect()
+        else:
+            self._checkpid()
+            with self.pool.mutex:
+                idle = [c for c in self.pool.queue if c is not None]
+            for connection in idle:
+                connection.disconnect()
