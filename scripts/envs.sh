@@ -67,6 +67,22 @@ ensure_prefect_oldest_env() {
   _ensure_extra_env .venv-prefect-min "$PY311" "prefect" -c constraints/prefect-oldest.txt "${SMOKE_TOOLS[@]}"
 }
 
+# The oldest store clients the extras allow (redis, psycopg and pymongo at their
+# floors in pyproject.toml), pinned by constraints/stores-oldest.txt, with the
+# [test] extra for the store tests. On Python 3.10, the oldest the project
+# supports (the other store phases run on 3.11). Only the clients are old: the
+# MongoDB-wire server still runs from .venv-mongo.
+STORES_OLDEST="$(for d in redis psycopg pymongo; do
+  printf '%s %s, ' "$d" "$(_pinned constraints/stores-oldest.txt "$d")"; done)"
+STORES_OLDEST="${STORES_OLDEST%, }"
+ensure_stores_oldest_env() {
+  local py
+  py="$(ls -d "$HOME"/.pyenv/versions/3.10.*/bin/python 2>/dev/null | tail -n1 || true)"
+  [ -n "$py" ] || { echo "Python 3.10 not found under ~/.pyenv" >&2; return 1; }
+  ensure_core_env
+  _ensure_extra_env .venv-stores-min "$py" "redis,postgres,mongo,test" -c constraints/stores-oldest.txt
+}
+
 # MkDocs, Material and mkdocstrings for the documentation site (./run docs).
 ensure_docs_env() { ensure_core_env; _ensure_extra_env .venv-docs "$PY311" "docs"; }
 

@@ -6,7 +6,8 @@
 # Airflow and Prefect cannot share one environment at their latest releases
 # (docs/development.md), so each has its own; the oldest supported releases
 # get a smoke phase each, installed with that phase's constraints file
-# (constraints/*-oldest.txt: the release pin and the FastAPI ceiling it needs).
+# (constraints/*-oldest.txt: the release pin and the FastAPI ceiling it needs),
+# and the store tests run once more on the oldest store clients.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -21,6 +22,7 @@ ensure_airflow_env
 ensure_prefect_env
 ensure_airflow_oldest_env
 ensure_prefect_oldest_env
+ensure_stores_oldest_env
 ensure_docs_env
 for v in 3.10 3.12 3.13; do ensure_compat_env "$v"; done
 set +e
@@ -52,6 +54,9 @@ phase "prefect" .venv-prefect/bin/pytest "${PY[@]}" --durations=10 tests/prefect
 phase "airflow ui" .venv-airflow/bin/pytest "${PY[@]}" --durations=5 tests/airflow_ui "$@"
 phase "smoke: oldest airflow ($AIRFLOW_OLDEST)" .venv-airflow-min/bin/pytest "${PY[@]}" tests/smoke/test_airflow_smoke.py "$@"
 phase "smoke: oldest prefect ($PREFECT_OLDEST)" .venv-prefect-min/bin/pytest "${PY[@]}" tests/smoke/test_prefect_smoke.py "$@"
+# The store tests on the oldest redis, psycopg and pymongo the extras admit.
+phase "stores on their oldest clients ($STORES_OLDEST)" .venv-stores-min/bin/pytest "${PY[@]}" \
+  --durations=5 tests/stores tests/conformance tests/upgrade "$@"
 phase "smoke: newest airflow" .venv-airflow/bin/pytest "${PY[@]}" tests/smoke/test_airflow_smoke.py "$@"
 phase "smoke: newest prefect" .venv-prefect/bin/pytest "${PY[@]}" tests/smoke/test_prefect_smoke.py "$@"
 phase "wheel and sdist" .venv/bin/pytest "${PY[@]}" tests/packaging "$@"

@@ -53,7 +53,8 @@ class Statement:
         if self.name not in names:
             _check(pgconn, pgconn.prepare(self.name, self.text))
             names.add(self.name)
-        return _check(pgconn, pgconn.exec_prepared(self.name, params,
+        # A list: the binary libpq wrapper before psycopg 3.3 refuses a tuple.
+        return _check(pgconn, pgconn.exec_prepared(self.name, list(params),
                                                    result_format=pq.Format.BINARY))
 
 

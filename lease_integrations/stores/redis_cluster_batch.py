@@ -45,6 +45,7 @@ from redis.exceptions import (
 )
 
 from . import redis_wire
+from .redis_pool import get_connection
 
 log = logging.getLogger("lease_integrations")
 
@@ -111,7 +112,7 @@ def _send(client: Any, script: Any, calls: Sequence[Call], groups: list[tuple[An
         for node, indexes in groups:
             node_redis = client.get_redis_connection(node)
             try:
-                connection = node_redis.connection_pool.get_connection()
+                connection = get_connection(node_redis.connection_pool)
             except _LOST_LINK as exc:
                 lost.setdefault(node.name, str(exc))
                 continue

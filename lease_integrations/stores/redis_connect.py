@@ -223,10 +223,12 @@ def _cluster(s: RedisSettings, size: int) -> Any:
     del kwargs["retry"]  # RedisCluster takes it as its own argument
     pool_class = functools.partial(FairBlockingConnectionPool, timeout=s.socket_timeout,
                                    **s.tls_options)
-    return RedisCluster(url=first, startup_nodes=[ClusterNode(h, p)  # type: ignore[no-untyped-call]
-                                                   for h, p in others],
-                        connection_pool_class=pool_class, max_connections=size,
-                        retry=no_retry(), **kwargs)
+    client: Any = RedisCluster(
+        url=first, startup_nodes=[ClusterNode(h, p) for h, p in others],  # type: ignore[no-untyped-call]
+        connection_pool_class=pool_class, max_connections=size, retry=no_retry(), **kwargs)
+    if _cluster_retries(client):  # redis-py before 6.0 gives retry= to the nodes only
+        client.cluster_error_retry_attempts = 0
+    return client
 
 
 def _sentinel(s: RedisSettings, size: int) -> redis.Redis:
@@ -324,14 +326,35 @@ def adopt_client(client: Any) -> None:
     if not getattr(client.get_encoder(), "decode_responses", False):
         raise ConfigurationError(
             "the Redis client for the lease store must be built with decode_responses=True")
-    retry = client.get_retry() if isinstance(client, redis.Redis) else client.retry
-    # Retry.get_retries() came after redis-py 5.0, which keeps the count in _retries.
-    if retry is None or getattr(retry, "get_retries", lambda: retry._retries)() > 0:
+    if isinstance(client, redis.Redis):
+        retry = client.get_retry()
+        retrying = retry is None or retry_count(retry) > 0
+    else:  # a Cluster: redis-py before 6.0 has no .retry unless given retry=
+        retry = getattr(client, "retry", None)
+        retrying = retry is None or retry_count(retry) > 0 or _cluster_retries(client) > 0
+    if retrying:
         log.debug("lease store: switching the Redis client's automatic retries off")
         _set_retry(client, no_retry())
 
 
+def retry_count(retry: Retry) -> int:
+    """How many times a redis-py ``Retry`` retries: ``get_retries()`` from
+    redis-py 6.0 on; 5.x keeps the count in ``_retries``."""
+    get = getattr(retry, "get_retries", None)
+    return int(get() if get is not None else retry._retries)
+
+
+def _cluster_retries(client: Any) -> int:
+    """A Cluster's own retries of a failed command (reconnect, re-read the
+    slot map, send again). redis-py before 6.0 counts them in
+    ``cluster_error_retry_attempts`` (default 3), whatever its ``retry``;
+    from 6.0 on its ``retry`` counts them and that attribute is gone."""
+    return int(getattr(client, "cluster_error_retry_attempts", 0))
+
+
 def _set_retry(client: Any, retry: Retry) -> None:
+    if hasattr(client, "cluster_error_retry_attempts"):  # a Cluster on redis-py before 6.0
+        client.cluster_error_retry_attempts = retry_count(retry)
     pool = getattr(client, "connection_pool", None)
     if not isinstance(pool, redis.BlockingConnectionPool):
         client.set_retry(retry)

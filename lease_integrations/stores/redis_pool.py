@@ -11,12 +11,26 @@ to the thread that has waited longest, so every wait is about
 
 from __future__ import annotations
 
+import inspect
 import queue
 import threading
 from collections import deque
 from typing import Any
 
 import redis
+
+_NAME = inspect.signature(redis.ConnectionPool.get_connection).parameters.get("command_name")
+#: redis-py before 5.3 requires a command name in ``get_connection`` (and ignores
+#: it); 5.3 on warns (DeprecationWarning) when given one.
+_NEEDS_COMMAND_NAME = _NAME is not None and _NAME.default is inspect.Parameter.empty
+#: redis-py before 7.0: ``BlockingConnectionPool.disconnect()`` takes no argument.
+_DISCONNECT_TAKES_FLAG = "inuse_connections" in inspect.signature(
+    redis.BlockingConnectionPool.disconnect).parameters
+
+
+def get_connection(pool: Any) -> Any:
+    """A connection from a redis-py pool, on every redis-py the extra admits."""
+    return pool.get_connection("EVALSHA") if _NEEDS_COMMAND_NAME else pool.get_connection()
 
 
 class _Waiter:
@@ -70,3 +84,19 @@ class FairBlockingConnectionPool(redis.BlockingConnectionPool):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("queue_class", FairQueue)
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+    def disconnect(self, inuse_connections: bool = True) -> None:
+        """Every connection, or the idle ones only: redis-py's Sentinel asks
+        for ``disconnect(inuse_connections=False)`` when it finds a new primary,
+        which ``BlockingConnectionPool`` takes only from redis-py 7.0 on (before,
+        every Sentinel store failed at its first connect with a TypeError)."""
+        if _DISCONNECT_TAKES_FLAG:
+            super().disconnect(inuse_connections)
+        elif inuse_connections:
+            super().disconnect()
+        else:
+            self._checkpid()
+            with self.pool.mutex:
+                idle = [c for c in self.pool.queue if c is not None]
+            for connection in idle:
+                connection.disconnect()

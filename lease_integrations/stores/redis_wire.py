@@ -19,6 +19,8 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
+from .redis_pool import get_connection
+
 
 def _bulk(value: bytes) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(value), value)
@@ -76,7 +78,7 @@ class ScriptCall:
 
     def _send(self, packed: bytes) -> Any:
         pool = self._pool
-        connection = pool.get_connection()
+        connection = get_connection(pool)
         try:
             connection.send_packed_command((packed,))  # an iterable of chunks
             return connection.read_response()

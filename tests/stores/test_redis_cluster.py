@@ -24,6 +24,7 @@ from lease_integrations.cli import main as leasectl
 from lease_integrations.core.errors import StaleToken
 from lease_integrations.core.fencing import RedisFence
 from lease_integrations.stores.redis import RedisStore
+from lease_integrations.stores.redis_connect import retry_count
 
 
 @pytest.fixture
@@ -128,15 +129,24 @@ def test_list_and_leasectl_see_leases_on_every_primary(
             LeaseLock(store, k, ttl=30).release(lease)
 
 
+def cluster_retries(client: RedisCluster) -> int:
+    """How often the Cluster resends a failed command: its ``retry`` counts
+    from redis-py 6.0 on; 5.x counts in ``cluster_error_retry_attempts`` and
+    has no ``retry`` unless given one (then only its nodes' connections use it)."""
+    if hasattr(client, "cluster_error_retry_attempts"):
+        return int(client.cluster_error_retry_attempts)
+    return retry_count(client.retry)
+
+
 def test_a_user_built_cluster_client_works_with_its_retries_switched_off(
     raw: RedisCluster, redis_cluster: RedisClusterNodes, key: str
 ) -> None:
     client = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", n.port)  # type: ignore[no-untyped-call]
                                          for n in redis_cluster.nodes], decode_responses=True)
-    assert client.retry.get_retries() > 0  # redis-py's default
+    assert cluster_retries(client) > 0  # redis-py's default
     store = RedisStore(client)
     try:
-        assert client.retry.get_retries() == 0
+        assert cluster_retries(client) == 0
         lock = LeaseLock(store, key, ttl=30)
         with lock.hold() as lease:
             record = store.get(key)
@@ -144,6 +154,13 @@ def test_a_user_built_cluster_client_works_with_its_retries_switched_off(
         assert [e.kind for e in store.history(key)][-2:] == ["acquired", "released"]
     finally:
         store.close()
+
+
+def test_a_cluster_url_builds_clients_that_resend_nothing(redis_cluster_url: str) -> None:
+    with connect(redis_cluster_url) as store:
+        assert isinstance(store, RedisStore)
+        assert cluster_retries(store._client) == 0
+        assert cluster_retries(store._renew_client) == 0
 
 
 def test_the_fence_works_on_a_cluster_when_its_names_share_a_hash_tag(

@@ -14,7 +14,7 @@ import pytest
 
 from lease_integrations import LeaseBusy, LeaseLock, LeaseLost, connect
 from lease_integrations.core.errors import StoreUnavailable
-from lease_integrations.stores.redis_pool import FairQueue
+from lease_integrations.stores.redis_pool import FairBlockingConnectionPool, FairQueue, get_connection
 
 THREADS = 200
 SECONDS = 10.0
@@ -84,7 +84,7 @@ def test_renewals_need_no_free_connection_in_the_stores_main_pool(redis_url: str
         lock = LeaseLock(store, key, ttl=1.0, on_lost="check")  # renewed every ~0.33 s
         lease = lock.acquire(wait=0)
         pool = store._client.connection_pool  # type: ignore[attr-defined]
-        taken = [pool.get_connection() for _ in range(2)]
+        taken = [get_connection(pool) for _ in range(2)]
         try:
             start = lease.trusted_until
             deadline = time.monotonic() + 10
@@ -133,3 +133,19 @@ def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.005)
+
+
+def test_disconnecting_the_idle_connections_leaves_the_ones_in_use(redis_url: str) -> None:
+    """What Sentinel asks of the pool when it finds a new primary; redis-py's
+    BlockingConnectionPool takes the flag only from 7.0 on, so before that the
+    pool does it itself."""
+    pool = FairBlockingConnectionPool.from_url(redis_url, max_connections=3)
+    try:
+        busy, idle = get_connection(pool), get_connection(pool)
+        pool.release(idle)
+        pool.disconnect(inuse_connections=False)
+        assert busy._sock is not None, "a connection in use was cut"
+        assert idle._sock is None, "an idle connection was kept"
+        pool.release(busy)
+    finally:
+        pool.disconnect()

@@ -18,6 +18,8 @@ from servers.redis_topologies import SERVICE, RedisSentinelSet, command
 from lease_integrations import LeaseBusy, LeaseLock, LeaseLost, connect
 from lease_integrations.core.errors import StoreUnavailable
 from lease_integrations.stores.redis import RedisStore
+from lease_integrations.stores.redis_connect import retry_count
+from lease_integrations.stores.redis_pool import get_connection
 
 TTL = 3.0
 
@@ -29,9 +31,9 @@ def test_a_user_built_sentinel_client_holds_leases_with_its_retries_switched_off
     client = sentinel.master_for(SERVICE, decode_responses=True,  # type: ignore[no-untyped-call]
                                  retry=Retry(ExponentialBackoff(), 3))
     def connection_retries() -> int:
-        connection = client.connection_pool.get_connection()
+        connection = get_connection(client.connection_pool)
         try:
-            return int(connection.retry.get_retries())
+            return retry_count(connection.retry)
         finally:
             client.connection_pool.release(connection)
 

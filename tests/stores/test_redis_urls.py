@@ -13,7 +13,8 @@ from servers.redis_server import free_port
 from lease_integrations import connect
 from lease_integrations.core.errors import ConfigurationError, StoreUnavailable
 from lease_integrations.stores.redis import RedisStore
-from lease_integrations.stores.redis_connect import parse
+from lease_integrations.stores.redis_connect import parse, retry_count
+from lease_integrations.stores.redis_pool import get_connection
 
 
 def settings(url: str, **options: object):  # type: ignore[no-untyped-def]
@@ -71,7 +72,7 @@ def test_url_clients_use_a_waiting_pool_of_the_given_size_and_a_renew_pool(redis
         assert isinstance(pool, redis.BlockingConnectionPool) and pool.max_connections == 7
         renew_pool = store._renew_client.connection_pool
         assert renew_pool is not pool and renew_pool.max_connections == 2
-        assert store._client.get_retry().get_retries() == 0
+        assert retry_count(store._client.get_retry()) == 0
 
 
 @pytest.mark.parametrize("pool_class", [redis.ConnectionPool, redis.BlockingConnectionPool])
@@ -84,9 +85,9 @@ def test_a_user_built_client_gets_its_retries_switched_off_and_a_renew_pool(
     client = redis.Redis(connection_pool=pool)
 
     def connection_retries() -> int:
-        connection = client.connection_pool.get_connection()
+        connection = get_connection(client.connection_pool)
         try:
-            return int(connection.retry.get_retries())
+            return retry_count(connection.retry)
         finally:
             client.connection_pool.release(connection)
 

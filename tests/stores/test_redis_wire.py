@@ -10,6 +10,7 @@ import pytest
 
 from lease_integrations import connect
 from lease_integrations.stores.redis import RedisStore
+from lease_integrations.stores.redis_pool import get_connection
 
 
 def test_a_call_cut_short_after_its_write_does_not_hand_its_reply_to_the_next(
@@ -19,7 +20,7 @@ def test_a_call_cut_short_after_its_write_does_not_hand_its_reply_to_the_next(
     assert isinstance(store, RedisStore)
     try:
         pool = store._client.connection_pool
-        connection = pool.get_connection()
+        connection = get_connection(pool)
         pool.release(connection)  # the pool's only idle connection: the next call takes it
         real_read = type(connection).read_response
         cut = []
