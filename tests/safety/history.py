@@ -73,6 +73,15 @@ class Grant:
     end: int | None = None
     how_it_ended: str = "open"
     lost_at: int | None = None
+    #: the end of the trust window the lease came with (monotonic ns)
+    trusted_until: int | None = None
+
+    @property
+    def never_trusted(self) -> bool:
+        """Paused after ``acquire()`` checked the window and before it
+        returned, past the window: the holder never trusted this lease (its
+        ``check()`` raised from the start), so it is no hold."""
+        return self.trusted_until is not None and self.start >= self.trusted_until
 
 
 @dataclass
@@ -97,7 +106,9 @@ class Verdict:
         return self.rule1 + self.rule2 + self.rule3 + self.rule4 + self.rule5 + store
 
     def summary(self) -> str:
-        return (f"{len(self.grants)} grants, {len(self.overlaps_explained)} overlaps (all explained: "
+        never = sum(1 for g in self.grants if g.never_trusted)
+        return (f"{len(self.grants)} grants ({never} returned past their trust window), "
+                f"{len(self.overlaps_explained)} overlaps (all explained: "
                 f"{not self.rule2}), {self.stale_writes_rejected} stale writes rejected, "
                 f"{len(self.violations)} violations")
 
@@ -108,7 +119,9 @@ def _grants(events: list[dict[str, Any]], end_of_run: int) -> list[Grant]:
     for e in events:
         ev, pid = e["ev"], e.get("pid")
         if ev == "acquire":
-            grant = Grant(e["token"], e["worker"], pid, e["t"])
+            # ``since``: when acquire() returned, before the log line was written.
+            grant = Grant(e["token"], e["worker"], pid, e.get("since", e["t"]),
+                          trusted_until=e.get("trusted_until"))
             grants.append(grant)
             open_by_pid[pid] = grant
         elif ev in ("release", "gave_up") and pid in open_by_pid:
@@ -159,7 +172,7 @@ def check(events: list[dict[str, Any]], accepted_tokens: list[int],
     # loss the holder was told of), in monotonic ns on one host; the resource's
     # accepted tokens are its writes, in the order it accepted them.
     holds = [Hold(g.token, g.start, min(g.end or end_of_run, g.lost_at or end_of_run), g.worker)
-             for g in grants]
+             for g in grants if not g.never_trusted]
     report = verdict.report = check_history(
         holds=holds, writes=[FencedWrite(t, True) for t in accepted_tokens])
     by_token = {g.token: g for g in grants}

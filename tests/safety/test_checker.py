@@ -90,3 +90,41 @@ def test_a_token_granted_twice_breaks_rule_5_even_far_apart() -> None:
                              "token 6 granted twice: to w6 and to w9"]
     assert check(GOOD, [1, 2], [1, 1, 2], 2).rule5 == []
     assert tokens_granted_twice([(7, "a"), (9, "b")]) == []
+
+
+def test_a_holder_paused_before_logging_its_acquire_is_judged_from_when_acquire_returned() -> None:
+    """a got token 1 (trusted until 10), was paused before its log line past
+    the window, b took token 2 meanwhile; a's line comes last. Judged by the
+    log line's time, token 1 would begin after token 2: a false rule-1
+    violation. Judged from ``since`` (acquire's return), the tokens rise and
+    the overlap is a's pause."""
+    history = [
+        ev(20, "acquire", "b", 2, token=2, since=20, trusted_until=30),
+        ev(25, "release", "b", 2, token=2),
+        ev(40, "acquire", "a", 1, token=1, since=2, trusted_until=10),
+        ev(41, "lost", "a", 1, token=1), ev(42, "gave_up", "a", 1, token=1),
+        {"t": 43, "ev": "paused", "worker": "harness", "pid": 0, "target": 1, "from": 3, "to": 39},
+    ]
+    verdict = check(history, [2], [2], 2)
+    assert verdict.violations == [] and verdict.overlaps_explained
+    as_logged = [{k: v for k, v in e.items() if k not in ("since", "trusted_until")}
+                 for e in history]
+    assert check(as_logged, [2], [2], 2).rule1
+
+
+def test_a_lease_returned_after_its_window_closed_is_no_hold() -> None:
+    """Paused inside acquire() after its window check, a got a lease whose
+    window had closed (it never trusted it): not a hold that breaks rule 1,
+    but still a grant (rule 5 and the newest token count it)."""
+    history = [
+        ev(20, "acquire", "b", 2, token=2, since=20, trusted_until=30),
+        ev(25, "release", "b", 2, token=2),
+        ev(40, "acquire", "a", 1, token=1, since=40, trusted_until=10),
+        ev(41, "lost", "a", 1, token=1), ev(42, "gave_up", "a", 1, token=1),
+    ]
+    verdict = check(history, [2], [2], 2)
+    assert verdict.violations == [] and len(verdict.grants) == 2
+    assert "1 returned past their trust window" in verdict.summary()
+    still_trusted = [dict(e, trusted_until=50) if e["ev"] == "acquire" and e["worker"] == "a"
+                     else e for e in history]
+    assert check(still_trusted, [2], [2], 2).rule1

@@ -95,6 +95,7 @@ def main() -> None:
     while grants < args.grants and time.monotonic() < stop_at:
         try:
             lease = lock.acquire(wait=args.wait)
+            returned = time.monotonic_ns()  # first: a pause may land before the log line
         except LeaseBusy as busy:
             log.write("busy", holder=busy.holder, token=busy.token)
             time.sleep(0.05)
@@ -104,7 +105,8 @@ def main() -> None:
             time.sleep(0.1)
             continue
         grants += 1
-        log.write("acquire", token=lease.token, holder=lease.holder)
+        log.write("acquire", token=lease.token, holder=lease.holder, since=returned,
+                  trusted_until=int(lease.trusted_until * 1e9))
 
         def report_loss(lost: Lease) -> None:
             log.write("lost", token=lost.token, reason=lost.lost_reason)
