@@ -18,7 +18,9 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -27,6 +29,8 @@ import redis
 from lease_integrations import Lease, LeaseLock, LeaseLost, LeaseStore, StoreUnavailable, connect
 from tests.faults.outage_support import until
 from tests.safety.proxy import FaultProxy
+
+T = TypeVar("T")
 
 TTL = 1.0  # margin ttl/5: a grant is trusted for 0.8 s from the attempt's start
 
@@ -92,6 +96,35 @@ def test_a_caller_stopped_between_grant_and_reply_gets_busy_not_an_overlap(
     LeaseLock(store, key, ttl=30.0).release(rival)
 
 
+def behind_a_held_write_lock(path: Path, call: Callable[[], T]) -> T | BaseException:
+    """``call()`` in a thread while another connection holds SQLite's write
+    lock on ``path`` for a whole ttl after the call began: its store call
+    answers past the trust window. What it returned, or raised."""
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    calling = threading.Event()
+    outcome: list[T | BaseException] = []
+
+    def run() -> None:
+        calling.set()
+        try:
+            outcome.append(call())
+        except BaseException as exc:  # returned to the test
+            outcome.append(exc)
+
+    caller = threading.Thread(target=run)
+    caller.start()
+    try:
+        assert calling.wait(10)
+        time.sleep(TTL)  # the fault: the write lock held a whole ttl past the call
+    finally:
+        blocker.execute("COMMIT")
+        blocker.close()
+    caller.join(30)
+    assert not caller.is_alive()
+    return outcome[0]
+
+
 @pytest.mark.parametrize("face", ["sync", "async"])
 def test_a_late_grant_is_given_back_and_the_key_taken_again(tmp_path: Path, key: str,
                                                            face: str) -> None:
@@ -100,27 +133,9 @@ def test_a_late_grant_is_given_back_and_the_key_taken_again(tmp_path: Path, key:
     again grants it afresh, with a whole window to trust."""
     path = tmp_path / "leases.db"
     lock = LeaseLock(connect(f"sqlite://{path}"), key, ttl=TTL)
-    blocker = sqlite3.connect(path, isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")
-    calling = threading.Event()
-    outcome: list[Lease | BaseException] = []
-
-    def take() -> None:
-        calling.set()
-        try:
-            outcome.append(lock.acquire(wait=0) if face == "sync"
-                           else asyncio.run(lock.acquire_async(wait=0)))
-        except BaseException as exc:  # reported below
-            outcome.append(exc)
-
-    taker = threading.Thread(target=take)
-    taker.start()
-    assert calling.wait(10)
-    time.sleep(TTL)  # the fault: the write lock held a whole ttl past the call
-    blocker.execute("COMMIT")
-    taker.join(30)
-    assert not taker.is_alive()
-    lease = outcome[0]
+    lease = behind_a_held_write_lock(
+        path, lambda: lock.acquire(wait=0) if face == "sync"
+        else asyncio.run(lock.acquire_async(wait=0)))
     assert isinstance(lease, Lease), lease
     try:
         assert lease.trusted_for() > 0 and not lease.lost.is_set()
@@ -129,7 +144,6 @@ def test_a_late_grant_is_given_back_and_the_key_taken_again(tmp_path: Path, key:
         assert events == [("acquired", late), ("released", late), ("acquired", lease.token)]
     finally:
         lock.release(lease)
-        blocker.close()
 
 
 def test_a_store_that_always_answers_too_late_is_an_error_and_leaves_the_key_free(
@@ -164,25 +178,6 @@ def test_adopting_with_a_renewal_that_answers_too_late_raises_lease_lost(
     record = store.acquire(key, "first", "the-secret", 30.0, {}).record
     assert record is not None and record.holder == "first"
     token = record.token
-    blocker = sqlite3.connect(path, isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")
-    outcome: list[BaseException | None] = []
-    calling = threading.Event()
-
-    def adopt() -> None:
-        calling.set()
-        try:
-            LeaseLock(store, key, ttl=TTL).adopt(token, "the-secret")
-            outcome.append(None)
-        except BaseException as exc:  # reported below
-            outcome.append(exc)
-
-    adopter = threading.Thread(target=adopt)
-    adopter.start()
-    assert calling.wait(10)
-    time.sleep(TTL)  # the fault: the write lock held a whole ttl past the call
-    blocker.execute("COMMIT")
-    adopter.join(30)
-    blocker.close()
-    assert isinstance(outcome[0], LeaseLost) and "past its trust window" in str(outcome[0]), \
-        outcome
+    outcome = behind_a_held_write_lock(
+        path, lambda: LeaseLock(store, key, ttl=TTL).adopt(token, "the-secret"))
+    assert isinstance(outcome, LeaseLost) and "past its trust window" in str(outcome), outcome
