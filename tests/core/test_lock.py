@@ -81,16 +81,19 @@ def test_waiter_gets_the_lease_when_it_is_released(local_store: LeaseStore, key:
 
 
 def test_heartbeat_keeps_the_lease_past_its_ttl(local_store: LeaseStore, key: str) -> None:
-    lock = LeaseLock(local_store, key, ttl=1.0)
+    # "check", not the default "exit": a loss here (a starved CI machine) must
+    # fail this test at lease.check(), not end the whole pytest process with
+    # exit status 75 and no report. A 2 s ttl leaves renewals ~1 s of slack.
+    lock = LeaseLock(local_store, key, ttl=2.0, on_lost="check")
     with lock.hold() as lease:
-        deadline = time.monotonic() + 3.0  # three ttls
+        deadline = time.monotonic() + 4.0  # two ttls
         while time.monotonic() < deadline:
             lease.check()
             time.sleep(0.05)
         record = local_store.get(key)
         assert record is not None and record.held and record.holder == lease.holder
         with pytest.raises(LeaseBusy):
-            LeaseLock(local_store, key, ttl=1.0).acquire()
+            LeaseLock(local_store, key, ttl=2.0).acquire()
 
 
 def test_check_policy_raises_at_the_next_check(local_store: LeaseStore, key: str) -> None:
