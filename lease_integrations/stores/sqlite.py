@@ -182,7 +182,7 @@ REBUILD_EVENTS = [
 # The next token: one above the row's own token (every grant raised it) and
 # the counter table's (where the trigger put the token of a deleted row, and
 # where older versions still write every grant). The same statement writes
-# the grant's "acquired" event into the row: ?6 is its detail up to the meta
+# the grant's "acquired" event into the row: :detail is its detail up to the meta
 # (the caller's), and a grant over a row that still names a holder took over
 # an expired lease, which the detail then names (the row as it was is at
 # hand in the update, so no read before). Granted: the token and the times
@@ -190,9 +190,9 @@ REBUILD_EVENTS = [
 ACQUIRE = f"""
 INSERT INTO leases (key, holder, secret, token, acquired_at, renewed_at, expires_at, meta,
                     event_token, event_detail)
-VALUES (?1, ?2, ?3, coalesce((SELECT token FROM lease_tokens WHERE key = ?1), 0) + 1,
-        {NOW}, {NOW}, {NOW} + ?4, ?5,
-        coalesce((SELECT token FROM lease_tokens WHERE key = ?1), 0) + 1, ?6 || '}}')
+VALUES (:key, :holder, :secret, coalesce((SELECT token FROM lease_tokens WHERE key = :key), 0) + 1,
+        {NOW}, {NOW}, {NOW} + :ttl, :meta,
+        coalesce((SELECT token FROM lease_tokens WHERE key = :key), 0) + 1, :detail || '}}')
 ON CONFLICT (key) DO UPDATE SET
     holder = excluded.holder, secret = excluded.secret,
     token = max(leases.token + 1, excluded.token),
@@ -200,7 +200,7 @@ ON CONFLICT (key) DO UPDATE SET
     expires_at = excluded.expires_at, meta = excluded.meta,
     event_token = max(leases.token + 1, excluded.token),
     event_detail = CASE WHEN leases.holder IS NULL THEN excluded.event_detail
-        ELSE ?6 || ', "{TOOK_OVER}": {{"token": ' || leases.token
+        ELSE :detail || ', "{TOOK_OVER}": {{"token": ' || leases.token
                 || ', "holder": ' || json_quote(leases.holder) || '}}}}' END
 WHERE leases.holder IS NULL OR leases.expires_at <= excluded.acquired_at
 RETURNING token, acquired_at, expires_at
@@ -444,7 +444,9 @@ class SqliteStore(LeaseStore):
         meta_json = meta_to_json(meta if type(meta) is dict else dict(meta))
         detail = '{"meta": ' + meta_json
         with self._transaction() as conn:
-            row = conn.execute(ACQUIRE, (key, holder, secret, ttl, meta_json, detail)).fetchone()
+            row = conn.execute(ACQUIRE, {"key": key, "holder": holder, "secret": secret,
+                                         "ttl": ttl, "meta": meta_json,
+                                         "detail": detail}).fetchone()
             if row is None:
                 # Busy: the row as it is, in the same transaction (a row that
                 # cannot be parsed raises CorruptRecord here).
