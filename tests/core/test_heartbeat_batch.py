@@ -35,7 +35,7 @@ class CountingStore(MemoryStore):
 
 def test_leases_due_together_are_renewed_in_one_call_and_judged_alone(key: str) -> None:
     store = CountingStore(key)
-    locks = [LeaseLock(store, f"{key}-{i}", ttl=1.5, on_lost="check") for i in range(20)]
+    locks = [LeaseLock(store, f"{key}-{i}", ttl=3.0, on_lost="check") for i in range(20)]
     leases = [lock.acquire(wait=0) for lock in locks]
     try:
         if not store.seen.wait(10):
@@ -83,7 +83,7 @@ class OneSilentNodeStore(CountingStore):
 
 def test_a_lease_without_a_verdict_in_a_batch_is_retried_not_lost(key: str) -> None:
     store = OneSilentNodeStore(key)
-    locks = [LeaseLock(store, f"{key}-{i}", ttl=1.5, on_lost="check") for i in range(20)]
+    locks = [LeaseLock(store, f"{key}-{i}", ttl=3.0, on_lost="check") for i in range(20)]
     leases = [lock.acquire(wait=0) for lock in locks]
     victim = leases[7]
     try:
