@@ -43,7 +43,9 @@ class _Entry:
     store: LeaseStore
     interval: float
     retry_delay: float
-    in_flight: bool = False
+    #: When the renewal in flight was handed to the pool (0.0: none), so a
+    #: closed window can say whether a call was slow or never started.
+    in_flight: float = 0.0
     active: bool = True
     failures: int = 0
     last_error: str = ""
@@ -183,7 +185,7 @@ class Heartbeat:
         step again shortly, so its renewals and its deadline still happen."""
         log.exception("lease heartbeat: %s of lease %s failed; retrying", kind, entry.lease.key)
         with self._cond:
-            entry.in_flight = False
+            entry.in_flight = 0.0
             if entry.active:
                 self._push(time.monotonic() + entry.retry_delay, kind, entry)
                 self._cond.notify()
@@ -208,18 +210,24 @@ class Heartbeat:
             entry = heapq.heappop(self._heap)[3]
 
     def _lose_at_deadline(self, entry: _Entry) -> None:
-        why = entry.last_error or "renewals did not finish in time"
+        if entry.last_error:
+            why = entry.last_error
+        elif entry.in_flight:  # a slow store, every worker busy, or started late (a pause)
+            why = f"a renewal had been in flight for {time.monotonic() - entry.in_flight:.2f} s"
+        else:  # due well before the deadline: the process was starved or paused
+            why = "no renewal was in flight"
         self._report_lost(entry, f"no successful renewal within the trust window ({why})")
 
     def _start_renewal(self, batch: list[_Entry]) -> None:
         with self._cond:
             ready = [e for e in batch if not e.in_flight and e.active]
+            now = time.monotonic()
             for e in ready:
-                e.in_flight = True
+                e.in_flight = now
         if ready and self._submit(self._renew, ready) is None:
             with self._cond:
                 for e in ready:
-                    e.in_flight = False
+                    e.in_flight = 0.0
 
     def _renew(self, batch: list[_Entry]) -> None:
         try:
@@ -253,7 +261,7 @@ class Heartbeat:
         if renewed:  # the common case, settled under one lock for the whole batch
             with self._cond:
                 for entry in renewed:
-                    entry.in_flight = False
+                    entry.in_flight = 0.0
                     if entry.active:
                         self.renewals += 1
                         entry.failures = 0
@@ -285,7 +293,7 @@ class Heartbeat:
                        "lease_token": lease.token, "lease_holder": lease.holder},
             )
         with self._cond:
-            entry.in_flight = False
+            entry.in_flight = 0.0
             if not entry.active:
                 return
             if outcome is None:
