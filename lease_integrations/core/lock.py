@@ -166,7 +166,7 @@ class LeaseLock:
             started = time.monotonic()
             result = self.store.acquire(self.key, holder, secret, self.ttl, full_meta)
             if result.granted:
-                if time.monotonic() < started + self.ttl - self.margin:
+                if self._answered_in_window(started):
                     return self._start(result, started, secret)
                 self._give_back_late(result, started, secret, again=late)
                 late = True
@@ -229,7 +229,7 @@ class LeaseLock:
             self.key, secret, token, self.ttl) else None
         if record is None or record.token != token or record.holder is None:
             raise LeaseLost(self.key, token, "the store refused to renew the lease to adopt")
-        if time.monotonic() >= started + self.ttl - self.margin:
+        if not self._answered_in_window(started):
             raise LeaseLost(self.key, token, f"the renewal to adopt answered after "
                             f"{time.monotonic() - started:.3g} s, past its trust window "
                             f"(ttl - margin = {self.ttl - self.margin:g} s)")
@@ -276,7 +276,7 @@ class LeaseLock:
             started = time.monotonic()
             result = await self._acquire_attempt_async(holder, secret, full_meta)
             if result.granted:
-                if time.monotonic() < started + self.ttl - self.margin:
+                if self._answered_in_window(started):
                     return self._start(result, started, secret)
                 await asyncio.to_thread(self._give_back_late, result, started, secret, again=late)
                 late = True
@@ -421,6 +421,11 @@ class LeaseLock:
         elif expires_in is not None and expires_in > 0:
             delay = min(delay, expires_in + 0.001)
         return delay if remaining is None else min(delay, remaining)
+
+    def _answered_in_window(self, started: float) -> bool:
+        """Whether an answer to an attempt begun at ``started`` came while it
+        can still be trusted: the rule a Lease's own trust window keeps."""
+        return time.monotonic() < started + self.ttl - self.margin
 
     def _give_back_late(self, result: AcquireResult, started: float, secret: str, *,
                         again: bool) -> None:
