@@ -81,6 +81,10 @@ class LeaseStore(ABC):
     #: heartbeat batches only then (otherwise parallel single renewals on its
     #: pool are faster, and one slow call does not hold back the others).
     batch_renewals: bool = False
+    #: True when a second process opening the same URL reaches the same
+    #: leases (every store but ``memory://``): the keeper process can then
+    #: renew them (``keeper_client``).
+    opens_elsewhere: bool = True
 
     @abstractmethod
     def acquire(
