@@ -86,6 +86,12 @@ class LeaseStore(ABC):
     #: renew them (``keeper_client``).
     opens_elsewhere: bool = True
 
+    def url_elsewhere(self, url: str) -> str:
+        """``url`` (as given to ``connect``) as another process must open it
+        to reach these same leases: the same, unless it depends on this
+        process (a path relative to its working directory)."""
+        return url
+
     @abstractmethod
     def acquire(
         self, key: str, holder: str, secret: str, ttl: float, meta: Mapping[str, Any]

@@ -124,7 +124,7 @@ def connect(url: str | None = None, **options: Any) -> LeaseStore:
         store_class = getattr(module, class_name)
         store: LeaseStore = store_class.from_url(resolved, **options)
         if store_class.opens_elsewhere:
-            remember_source(store, resolved, options)
+            remember_source(store, store.url_elsewhere(resolved), options)
         return store
 
 
