@@ -108,7 +108,7 @@ class Keeper:
         self._in = -1    # our end of its stdout (non-blocking)
         self._death = -1  # the death pipe's read end (see kernel)
         self._store_ids: dict[int, int] = {}
-        self._leases: dict[int, tuple[Lease, bool]] = {}
+        self._leases: dict[int, tuple[Lease, bool, int]] = {}  # id -> lease, armed, generation
         self._stores: dict[int, LeaseStore] = {}  # lease id -> its store
         #: Stores the keeper has opened (it said ``ready``), and the leases
         #: taken before that, which this process's heartbeat renews too until
@@ -123,6 +123,9 @@ class Keeper:
         self._frozen = threading.Event()
         self._stopping = False
         self._reader: threading.Thread | None = None
+        self._broken = False  # the keeper could not be started: all stays in process
+        self._generation = 0
+        self.renewals = 0  # renewals the keeper reported, for benchmarks
 
     @property
     def pid(self) -> int | None:
@@ -143,9 +146,9 @@ class Keeper:
             lid = next(self._ids)
             lease.keeper_id = lid
             lease.sync = self.sync
-            self._leases[lid] = (lease, armed)
+            self._leases[lid] = (lease, armed, self._generation)
             self._stores[lid] = store
-            if sid not in self._ready:
+            if sid not in self._ready or self._broken:
                 self._bridged.add(lid)
                 get_heartbeat().add(lease, store, interval)
             lines.append({"op": "add", "id": lid, "store": sid, "key": lease.key,
@@ -157,7 +160,7 @@ class Keeper:
             if armed:
                 self._armed += 1
                 if self._armed == 1:
-                    kernel.set_death_pipe(self._death, True)
+                    self._set_death_pipe(True)
 
     def remove(self, lease: Lease) -> None:
         """Stop keeping ``lease``: said before the caller releases it in the
@@ -172,15 +175,15 @@ class Keeper:
                 self._bridged.discard(lease.keeper_id)
                 get_heartbeat().remove(lease)
             self._send([{"op": "drop", "id": lease.keeper_id}])
-            if entry[1]:
+            if entry[1] and entry[2] == self._generation:
                 self._armed -= 1
                 if self._armed == 0:
-                    kernel.set_death_pipe(self._death, False)
+                    self._set_death_pipe(False)
 
     def held(self) -> list[tuple[Lease, LeaseStore]]:
         """Every lease the keeper keeps for us, with its store."""
         with self._lock:
-            return [(lease, self._stores[lid]) for lid, (lease, _) in self._leases.items()]
+            return [(entry[0], self._stores[lid]) for lid, entry in self._leases.items()]
 
     def sync(self) -> None:
         """Read what the keeper has said so far, without waiting: a job that
@@ -214,9 +217,22 @@ class Keeper:
 
     # -- the keeper process -----------------------------------------------------
     def _ensure_running(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
+        """Start a keeper if none runs (with ``self._lock`` held). Only the
+        spawn is waited for, not the keeper's start (its imports, the store's
+        driver, a connection): until it has the store open, the leases are
+        renewed in this process too (they are bridged: see ``_ready``). The
+        spawn cannot go to a thread: a job that keeps the GIL from its first
+        hold on would never let that thread run."""
+        if self._broken or (self._proc is not None and self._proc.poll() is None):
             return
         self._close_fds()
+        self._generation += 1  # the old keeper's reader reports its own leases lost
+        self._store_ids.clear()
+        self._ready.clear()
+        self._armed = 0
+        self._spawn(self._generation)
+
+    def _spawn(self, generation: int) -> None:
         death_read, death_write = os.pipe()
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ)
@@ -227,6 +243,12 @@ class Keeper:
                 [sys.executable, "-m", "lease_integrations.core.keeper"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(death_write,),
                 start_new_session=True, env=env, close_fds=True)
+        except OSError as exc:  # the leases stay renewed in this process
+            os.close(death_read)
+            log.error("could not start the lease keeper (%s): renewals stay in this process, "
+                      "and a job call that keeps the GIL can lose its lease", exc)
+            self._broken = True
+            return
         finally:
             os.close(death_write)
         assert proc.stdin is not None and proc.stdout is not None
@@ -235,12 +257,9 @@ class Keeper:
         os.set_blocking(self._in, False)
         kernel.widen_pipe(self._out)
         kernel.prepare_death_pipe(death_read)
-        self._store_ids.clear()
-        self._ready.clear()
-        self._armed = 0
         self._send([{"op": "hello", "job": os.getpid(), "death_fd": death_write,
                      "log_level": logging.getLogger("lease_integrations").getEffectiveLevel()}])
-        self._reader = threading.Thread(target=self._read_loop, args=(proc,),
+        self._reader = threading.Thread(target=self._read_loop, args=(proc, generation),
                                         name="lease-keeper-reader", daemon=True)
         self._reader.start()
 
@@ -252,19 +271,23 @@ class Keeper:
         except OSError:  # the keeper is gone: the reader reports its leases lost
             pass
 
-    def _read_loop(self, proc: subprocess.Popen[bytes]) -> None:
+    def _set_death_pipe(self, armed: bool) -> None:
+        if self._death >= 0:
+            kernel.set_death_pipe(self._death, armed)
+
+    def _read_loop(self, proc: subprocess.Popen[bytes], generation: int) -> None:
         while self._pump(None):
             pass
         code = proc.wait()
         with self._lock:
-            if self._proc is not proc:
-                return
-            leases = [lease for lease, _armed in self._leases.values()]
-            self._leases.clear()
-            self._stores.clear()
-            self._armed = 0
-            with contextlib.suppress(OSError):
-                kernel.set_death_pipe(self._death, False)
+            gone = [lid for lid, entry in self._leases.items() if entry[2] == generation]
+            leases = [self._leases.pop(lid)[0] for lid in gone]
+            for lid in gone:
+                self._stores.pop(lid, None)
+                self._bridged.discard(lid)
+            if self._proc is proc:
+                self._armed = 0
+                self._set_death_pipe(False)
         for lease in leases:
             lease.mark_lost(f"the lease keeper (pid {proc.pid}) exited with status {code}: "
                             "nothing renews the lease any more")
@@ -299,6 +322,7 @@ class Keeper:
     def _dispatch(self, message: dict[str, Any]) -> None:
         op = message["op"]
         if op == "renewed":
+            self.renewals += len(message["leases"])
             for lid, started in message["leases"]:
                 entry = self._leases.get(lid)
                 if entry is not None:
