@@ -7,6 +7,9 @@
   the cluster bus), every node serving one self-signed certificate.
 - ``redis_sentinel``: a primary, one replica and one sentinel watching them;
   ``redis_sentinel_url`` is its ``redis+sentinel://`` URL. One per session.
+  ``RedisSentinelSet(root, tls=True)`` is the same over TLS only (clients,
+  replication and the sentinel's own links), all three serving one
+  self-signed certificate.
 
 Every process is stopped by its PID at the end of the session. The bus port of
 each cluster node is picked free too (``--cluster-port``), so no node assumes
@@ -131,28 +134,43 @@ class RedisClusterNodes:
 class RedisSentinelSet:
     """A primary, one replica and one sentinel (quorum 1) for service ``leases``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, tls: bool = False) -> None:
         self.root = root
         (root / "primary").mkdir()
         (root / "replica").mkdir()
-        self.primary = RedisServer(root / "primary")
-        self.replica = RedisServer(root / "replica", extra_args=(
-            "--replicaof", "127.0.0.1", str(self.primary.port)))
+        self.cert = make_self_signed_cert(root) if tls else None
+        replication = ("--tls-replication", "yes") if tls else ()
+        self.primary = RedisServer(root / "primary", cert=self.cert)
+        self.replica = RedisServer(root / "replica", cert=self.cert, extra_args=(
+            "--replicaof", "127.0.0.1", str(self.primary.port), *replication))
         self.sentinel_port = free_port()
         self.sentinel: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis+sentinel://127.0.0.1:{self.sentinel_port}/{SERVICE}/0"
+        """``redis+sentinel://``, or ``rediss+sentinel://`` trusting the certificate."""
+        if self.cert is None:
+            return f"redis+sentinel://127.0.0.1:{self.sentinel_port}/{SERVICE}/0"
+        return (f"rediss+sentinel://127.0.0.1:{self.sentinel_port}/{SERVICE}/0"
+                f"?ssl_ca_certs={self.cert[0]}")
+
+    def _command(self, port: int, *args: str) -> str:
+        return command(port, *args, ca_file=self.cert[0] if self.cert else None)
 
     def start(self) -> None:
         self.primary.start()
         self.replica.start()
-        wait_for(lambda: "master_link_status:up" in command(self.replica.port, "INFO", "replication"),
-                 "the replica to sync")
+        wait_for(lambda: "master_link_status:up" in self._command(
+            self.replica.port, "INFO", "replication"), "the replica to sync")
         conf = self.root / "sentinel.conf"
+        listen = f"port {self.sentinel_port}\n"
+        if self.cert is not None:
+            cert, key = self.cert
+            listen = (f"port 0\ntls-port {self.sentinel_port}\ntls-cert-file {cert}\n"
+                      f"tls-key-file {key}\ntls-ca-cert-file {cert}\ntls-auth-clients no\n"
+                      "tls-replication yes\n")
         conf.write_text(
-            f"port {self.sentinel_port}\nbind 127.0.0.1\ndir {self.root}\n"
+            f"{listen}bind 127.0.0.1\ndir {self.root}\n"
             f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary.port} 1\n"
             f"sentinel down-after-milliseconds {SERVICE} 1000\n"
             f"sentinel failover-timeout {SERVICE} 10000\n")
@@ -161,13 +179,12 @@ class RedisSentinelSet:
             self.sentinel = subprocess.Popen([binary, str(conf), "--sentinel"],
                                              stdin=subprocess.DEVNULL, stdout=log,
                                              stderr=subprocess.STDOUT)
-        wait_for(lambda: f"slave0:ip=127.0.0.1,port={self.replica.port}" in command(
-            self.sentinel_port, "SENTINEL", "REPLICAS", SERVICE) or str(self.replica.port) in
-            command(self.sentinel_port, "SENTINEL", "REPLICAS", SERVICE),
+        wait_for(lambda: str(self.replica.port) in self._command(
+            self.sentinel_port, "SENTINEL", "REPLICAS", SERVICE),
             "the sentinel to discover the replica")
 
     def master_port(self) -> int:
-        reply = command(self.sentinel_port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
+        reply = self._command(self.sentinel_port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
         return int(reply.strip().split("\r\n")[-1])
 
     def stop(self) -> None:
