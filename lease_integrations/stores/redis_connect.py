@@ -213,7 +213,8 @@ def _cluster(s: RedisSettings, size: int) -> Any:
     # class carries the pool timeout and the TLS options itself: the Cluster
     # passes its nodes only the keywords its release lists (5.0 drops
     # ssl_check_hostname and timeout).
-    first = f"{'rediss' if s.tls else 'redis'}://{host}:{port}"
+    bracketed = f"[{host}]" if ":" in host else host  # an IPv6 address
+    first = f"{'rediss' if s.tls else 'redis'}://{bracketed}:{port}"
     kwargs = _connection_kwargs(s)
     del kwargs["retry"]  # RedisCluster takes it as its own argument
     pool_class = functools.partial(FairBlockingConnectionPool, timeout=s.socket_timeout,

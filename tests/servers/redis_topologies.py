@@ -43,14 +43,15 @@ def _cli() -> str:
     return str(beside) if beside.exists() else (shutil.which("redis-cli") or "redis-cli")
 
 
-def command(port: int, *args: str, timeout: float = 2.0, ca_file: Path | None = None) -> str:
+def command(port: int, *args: str, timeout: float = 2.0, ca_file: Path | None = None,
+            host: str = "127.0.0.1") -> str:
     """One command over a raw socket in RESP (TLS trusting ``ca_file`` if given),
     answered as text (fixture code must not depend on the code under test)."""
     parts = [f"*{len(args)}\r\n".encode()]
     for arg in args:
         data = arg.encode()
         parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw:
+    with socket.create_connection((host, port), timeout=timeout) as raw:
         sock = raw if ca_file is None else ssl.create_default_context(
             cafile=str(ca_file)).wrap_socket(raw, server_hostname="127.0.0.1")
         sock.sendall(b"".join(parts))
@@ -92,15 +93,23 @@ def wait_for(predicate: object, what: str, timeout: float = READY_TIMEOUT) -> No
 class RedisClusterNodes:
     """Three cluster-enabled masters with every slot assigned."""
 
-    def __init__(self, root: Path, *, tls: bool = False) -> None:
+    def __init__(self, root: Path, *, tls: bool = False, host: str = "127.0.0.1") -> None:
+        """``host``: the loopback address every node listens on (``::1`` for IPv6)."""
         self.root = root
+        self.host = host
         self.nodes: list[RedisServer] = []
         self.cert = make_self_signed_cert(root) if tls else None
 
     @property
+    def addresses(self) -> list[str]:
+        """``host:port`` of each node, an IPv6 host in brackets."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return [f"{host}:{n.port}" for n in self.nodes]
+
+    @property
     def url(self) -> str:
         """``redis+cluster://``, or ``rediss+cluster://`` trusting the nodes' certificate."""
-        hosts = ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+        hosts = ",".join(self.addresses)
         if self.cert is None:
             return f"redis+cluster://{hosts}"
         return f"rediss+cluster://{hosts}?ssl_ca_certs={self.cert[0]}"
@@ -109,21 +118,21 @@ class RedisClusterNodes:
         for i in range(3):
             directory = self.root / f"node-{i}"
             directory.mkdir()
-            node = RedisServer(directory, cert=self.cert, extra_args=(
+            node = RedisServer(directory, cert=self.cert, host=self.host, extra_args=(
                 "--cluster-enabled", "yes", "--cluster-config-file", str(directory / "nodes.conf"),
-                "--cluster-port", str(free_port()), "--cluster-node-timeout", "5000",
+                "--cluster-port", str(free_port(self.host)), "--cluster-node-timeout", "5000",
                 *(("--tls-cluster", "yes") if self.cert else ())))
             self.nodes.append(node)
             node.start()
         ca_file = self.cert[0] if self.cert else None
         subprocess.run(
             [_cli(), *(("--tls", "--cacert", str(ca_file)) if ca_file else ()),
-             "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+             "--cluster", "create", *(f"{self.host}:{n.port}" for n in self.nodes),
              "--cluster-replicas", "0", "--cluster-yes"],
             check=True, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
         for node in self.nodes:
             wait_for(lambda node=node: "cluster_state:ok" in command(
-                node.port, "CLUSTER", "INFO", ca_file=ca_file),
+                node.port, "CLUSTER", "INFO", ca_file=ca_file, host=self.host),
                 f"cluster node {node.port} to see the whole cluster")
 
     def stop(self) -> None:
