@@ -107,7 +107,8 @@ class Keeper:
         self._out = -1   # our end of the keeper's stdin
         self._in = -1    # our end of its stdout (non-blocking)
         self._death = -1  # the death pipe's read end (see kernel)
-        self._store_ids: dict[int, int] = {}
+        #: store -> the keeper's id for it (weak: an id() could be reused)
+        self._store_ids: weakref.WeakKeyDictionary[LeaseStore, int] = weakref.WeakKeyDictionary()
         self._leases: dict[int, tuple[Lease, bool, int]] = {}  # id -> lease, armed, generation
         self._stores: dict[int, LeaseStore] = {}  # lease id -> its store
         #: Stores the keeper has opened (it said ``ready``), and the leases
@@ -134,15 +135,9 @@ class Keeper:
     # -- what the lock calls ----------------------------------------------------
     def add(self, lease: Lease, store: LeaseStore, interval: float, *,
             armed: bool = False) -> None:
-        url, options = _sources[store]
         with self._lock:
-            self._ensure_running()
-            sid = self._store_ids.get(id(store))
-            lines = []
-            if sid is None:
-                sid = self._store_ids[id(store)] = len(self._store_ids) + 1
-                lines.append({"op": "store", "id": sid, "url": url, "options": options,
-                              "masked": store.url, "batch": store.batch_renewals})
+            sid = self._prepare(store)
+            lines: list[dict[str, Any]] = []
             lid = next(self._ids)
             lease.keeper_id = lid
             lease.sync = self.sync
@@ -180,6 +175,23 @@ class Keeper:
                 self._armed -= 1
                 if self._armed == 0:
                     self._set_death_pipe(False)
+
+    def prepare(self, store: LeaseStore) -> None:
+        """Start the keeper and have it open ``store`` now, when a lock on it
+        is made: the first hold then pays neither the spawn nor the wait."""
+        with self._lock:
+            self._prepare(store)
+
+    def _prepare(self, store: LeaseStore) -> int:
+        """The keeper's id for ``store`` (told of it once), ``_lock`` held."""
+        self._ensure_running()
+        sid = self._store_ids.get(store)
+        if sid is None:
+            url, options = _sources[store]
+            sid = self._store_ids[store] = next(self._ids)
+            self._send([{"op": "store", "id": sid, "url": url, "options": options,
+                         "masked": store.url, "batch": store.batch_renewals}])
+        return sid
 
     def _bridged_renewal(self, lease: Lease, started: float) -> None:
         """Our heartbeat renewed a lease the keeper is still taking over: the
