@@ -457,9 +457,22 @@ class Keeper:
 
     def job_gone(self) -> None:
         """The job died (or closed our stdin): stop renewing at once. Its
-        leases expire: one it held may still be used by a process it started."""
+        leases expire: one it held may still be used by a process it started.
+        If it died of a loss (its ladder ended it, perhaps before we had read
+        its request), what it started is ended first: seen below it when the
+        loss was known, those processes belong to init now."""
         if self.stopping:
             threading.Event().wait()  # the stopper finishes and exits
+        self.drain()  # its last words: an "end" with the processes it saw
+        with self._cond:
+            lost = bool(self._stops) or self._end_requested
+            self.stopping = lost
+        if lost:
+            grace = max((lease.grace for lease in self.leases.values() if lease.armed),
+                        default=0.0)
+            self._end({pid for pid in self._known if not is_gone(process_state(pid))}
+                      - {self.me}, grace)
+            self._release_others()
         _flush()
         os._exit(0)
 
