@@ -1,0 +1,146 @@
+"""The keeper's contract when a process dies or stops (issue 31, contract
+items 3-5): a job stopped alone, a job killed while its child runs, a keeper
+killed mid-hold. Each job is a real process (``keeper_job.py``) at ttl 2 s,
+observed from outside through the store, ``/proc`` and exit statuses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+
+from lease_integrations import connect
+from tests.keeper.conftest import Contender, Run, figures
+from tests.keeper.keeper_observe import (
+    Process,
+    alive,
+    expires_at,
+    keeper_of,
+    renewed_by_the_keeper,
+    wait_gone,
+)
+
+TTL = 2.0
+HEARTBEAT, MARGIN = TTL / 3, TTL / 5
+#: A renewal the keeper sent just before the job stopped or died still lands:
+#: its round trip, on a loaded machine, is the only slack allowed.
+IN_FLIGHT = 0.25
+#: "Within milliseconds" (the death pipe), with room for a loaded machine.
+DEATH_PIPE_BOUND = 0.5
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> str:
+    from tests.conftest import store_url_for
+
+    return store_url_for(request, request.param, tmp_path)
+
+
+def test_a_job_stopped_alone_is_not_renewed_and_is_killed_at_its_deadline(
+        url: str, key: str, start_job: Callable[..., Run],
+        start_contender: Callable[..., Contender]) -> None:
+    """SIGSTOP of the job process alone (state T; its child runs on): the
+    lease is not renewed past the stop, and every process of the job is
+    gone before the contender's grant."""
+    contender = start_contender(url, key)
+    job = start_job(url, key, "--ttl", str(TTL), "--sleep", "60", "--children")
+    token = int(job.lines()["held"][1])
+    processes = job.tree()
+    contender.wait_for("ready")
+    with connect(url) as store:
+        renewed_by_the_keeper(store, key, token)
+        os.kill(job.pid, signal.SIGSTOP)
+        stopped, stopped_wall = time.monotonic(), time.time()
+        contender.go()
+        last_expiry = stopped_wall
+        while contender.grant() is None and any(alive(p) for p in processes):
+            at = expires_at(store, key, token)
+            last_expiry = max(last_expiry, at.timestamp()) if at else last_expiry
+            assert time.monotonic() < stopped + 3 * TTL, "nothing happened to the stopped job"
+            time.sleep(0.01)
+        gone = wait_gone(processes, 2 * TTL)
+    granted = float(contender.wait_for("granted", 3 * TTL)[1])
+    status = job.process.wait(10)
+    figures(test="sigstop", store=url.split(":")[0], stop_to_gone_s=gone - stopped,
+            stop_to_grant_s=granted - stopped, margin_left_s=granted - gone,
+            renewed_after_stop_s=last_expiry - TTL - stopped_wall, status=status)
+    assert gone < granted, f"the stopped job ran {gone - granted:.3f} s past the contender's grant"
+    assert last_expiry <= stopped_wall + TTL + IN_FLIGHT, (
+        f"the stopped job's lease was renewed {last_expiry - TTL - stopped_wall:.3f} s "
+        "after it stopped")
+    assert status == -9, status
+
+
+def test_a_killed_job_stops_the_renewals_and_its_lease_expires(
+        url: str, key: str, start_job: Callable[..., Run],
+        start_contender: Callable[..., Contender]) -> None:
+    """SIGKILL of the job while its child runs: no renewal after it (the
+    record's ``expires_at`` stops moving), the lease is never released (its
+    child may still run): a contender gets it by taking over the expired
+    lease, no earlier than its expiry. The keeper does not linger."""
+    contender = start_contender(url, key)
+    job = start_job(url, key, "--ttl", str(TTL), "--sleep", "60", "--children")
+    token = int(job.lines()["held"][1])
+    processes = job.tree()
+    keeper = keeper_of(job.pid)
+    contender.wait_for("ready")
+    with connect(url) as store:
+        renewed_by_the_keeper(store, key, token)
+        os.kill(job.pid, signal.SIGKILL)
+        killed, killed_wall = time.monotonic(), time.time()
+        contender.go()
+        last_expiry = killed_wall
+        while contender.grant() is None:
+            at = expires_at(store, key, token)
+            last_expiry = max(last_expiry, at.timestamp()) if at else last_expiry
+            assert time.monotonic() < killed + 3 * TTL, "the contender was never granted"
+            time.sleep(0.01)
+        keeper_gone = wait_gone({keeper}, TTL)
+        events = store.history(key)
+    children_at_grant = [p for p in processes if p[0] != job.pid and alive(p)]
+    after = [e for e in events if e.token == token and e.kind != "acquired"]
+    grant = next(e for e in events if e.kind == "acquired" and e.token != token)
+    figures(test="job-sigkill", store=url.split(":")[0],
+            renewed_after_kill_s=last_expiry - TTL - killed_wall,
+            kill_to_grant_s=grant.at.timestamp() - killed_wall,
+            grant_after_expiry_s=grant.at.timestamp() - last_expiry,
+            keeper_gone_after_s=keeper_gone - killed,
+            children_alive_at_grant=len(children_at_grant))
+    assert job.process.wait(10) == -9
+    assert last_expiry <= killed_wall + TTL + IN_FLIGHT, (
+        f"the dead job's lease was renewed {last_expiry - TTL - killed_wall:.3f} s after it died")
+    assert not [e for e in after if e.kind == "released"], f"released while its child ran: {after}"
+    assert grant.detail.get("took_over", {}).get("token") == token, grant
+    assert grant.at.timestamp() >= last_expiry, "granted before the dead job's lease expired"
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "gil-held"])
+def test_a_killed_keeper_takes_the_job_with_it(
+        url: str, key: str, busy: bool, start_job: Callable[..., Run]) -> None:
+    """SIGKILL of the keeper mid-hold, the job idle (a sleep) or inside a call
+    that keeps the GIL: the job is gone within a few hundred milliseconds,
+    by the kernel (the death pipe), not by its own interpreter."""
+    work = ["--gil", "5"] if busy else ["--sleep", "60"]
+    job = start_job(url, key, "--ttl", str(TTL), *work, "--children")
+    token = int(job.lines()["held"][1])
+    processes = job.tree()
+    keeper: Process = keeper_of(job.pid)
+    if busy:
+        job.wait_for("call-start")
+    with connect(url) as store:
+        renewed_by_the_keeper(store, key, token)
+    os.kill(keeper[0], signal.SIGKILL)
+    killed = time.monotonic()
+    job_gone = wait_gone({p for p in processes if p[0] == job.pid}, 5)
+    status = job.process.wait(10)
+    children = [p for p in processes if p[0] != job.pid and alive(p)]
+    figures(test="keeper-sigkill", store=url.split(":")[0], gil_held=busy,
+            kill_to_job_gone_s=job_gone - killed, status=status,
+            children_alive_after=len(children))
+    assert status == -9, status
+    assert "call-end" not in job.lines()
+    assert job_gone - killed <= DEATH_PIPE_BOUND, (
+        f"the job outlived its keeper by {job_gone - killed:.3f} s")
