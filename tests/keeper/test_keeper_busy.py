@@ -21,8 +21,8 @@ import pytest
 
 from lease_integrations import connect
 from tests.conftest import store_url_for
-from tests.keeper.conftest import Contender, Run, figures
-from tests.keeper.keeper_observe import wait_gone
+from tests.keeper.keeper_observe import renewed_by_the_keeper, wait_gone
+from tests.keeper.keeper_runs import Contender, Run, figures
 from tests.safety.proxy import FaultProxy
 
 TTL, CALL = 2.0, 5  # the call keeps the GIL 2.5 ttl
@@ -66,7 +66,7 @@ def test_a_busy_holder_keeps_its_lease(kind: str, request: pytest.FixtureRequest
         events = [(e.kind, e.token) for e in store.history(key)]
     call = float(out["call-end"][0]) - call_start if "call-end" in out else float("nan")
     figures(test="busy-holder", store=kind, call_s=call, least_time_to_expiry_s=tightest,
-            contender_granted=contender.grant() is not None, status=status)
+            status=status)
     assert status == 0, f"the busy job did not end normally: {job.out.read_text()}"
     assert "block-ended" in out
     # Its release was accepted, and nobody was granted before it.
@@ -112,13 +112,17 @@ def through(proxy: FaultProxy, url: str) -> str:
                                                                  f":{proxy.port}")))
 
 
-@pytest.mark.parametrize("kind", ["redis", "postgres"])
+@pytest.mark.parametrize(("kind", "when"), [("redis", "renewing"), ("postgres", "renewing"),
+                                           ("redis", "at-once")])
 def test_a_busy_holder_cut_off_from_its_store_is_gone_before_the_next_grant(
-        kind: str, request: pytest.FixtureRequest, tmp_path: Path, key: str,
+        kind: str, when: str, request: pytest.FixtureRequest, tmp_path: Path, key: str,
         start_job: Callable[..., Run], start_contender: Callable[..., Contender]) -> None:
     """The store stops answering the job (a proxy that forwards nothing) while
     the job is inside the call; the contender still reaches the store. Every
-    process of the job is gone before the contender's grant."""
+    process of the job is gone before the contender's grant. ``renewing``:
+    cut off once the lease was renewed during the call (by the keeper: the
+    job's interpreter cannot run); ``at-once``: as soon as the call began,
+    whether or not the keeper has reached the store yet."""
     url = store_url_for(request, kind, tmp_path)
     target = urlsplit(url)
     assert target.hostname is not None and target.port is not None
@@ -131,15 +135,18 @@ def test_a_busy_holder_cut_off_from_its_store_is_gone_before_the_next_grant(
         processes = job.tree()
         assert len(processes) >= 3, processes
         contender.wait_for("ready")
+        if when == "renewing":
+            with connect(url) as store:
+                renewed_by_the_keeper(store, key, int(job.lines()["held"][1]))
         proxy.blackhole()
         blackholed = time.monotonic()
         contender.go()
         gone = wait_gone(processes, CALL + 2)
-        granted = contender.wait_for("granted", 3 * TTL)[1]
-        granted_at = float(granted)
+        granted_at = float(contender.wait_for("granted", 3 * TTL)[1])
         status = job.process.wait(10)
         out = job.lines()
-        figures(test="trust-window", store=kind, blackhole_to_gone_s=gone - blackholed,
+        figures(test="trust-window", store=kind, cut_off=when,
+                blackhole_to_gone_s=gone - blackholed,
                 blackhole_to_grant_s=granted_at - blackholed,
                 margin_left_s=granted_at - gone, status=status)
         assert gone < granted_at, (

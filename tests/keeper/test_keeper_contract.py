@@ -13,7 +13,6 @@ from collections.abc import Callable
 import pytest
 
 from lease_integrations import connect
-from tests.keeper.conftest import Contender, Run, figures
 from tests.keeper.keeper_observe import (
     Process,
     alive,
@@ -22,6 +21,7 @@ from tests.keeper.keeper_observe import (
     renewed_by_the_keeper,
     wait_gone,
 )
+from tests.keeper.keeper_runs import Contender, Run, figures
 
 TTL = 2.0
 HEARTBEAT, MARGIN = TTL / 3, TTL / 5
@@ -80,7 +80,7 @@ def test_a_killed_job_stops_the_renewals_and_its_lease_expires(
     """SIGKILL of the job while its child runs: no renewal after it (the
     record's ``expires_at`` stops moving), the lease is never released (its
     child may still run): a contender gets it by taking over the expired
-    lease, no earlier than its expiry. The keeper does not linger."""
+    lease, no earlier than its expiry. The keeper is gone by then."""
     contender = start_contender(url, key)
     job = start_job(url, key, "--ttl", str(TTL), "--sleep", "60", "--children")
     token = int(job.lines()["held"][1])
@@ -92,13 +92,14 @@ def test_a_killed_job_stops_the_renewals_and_its_lease_expires(
         os.kill(job.pid, signal.SIGKILL)
         killed, killed_wall = time.monotonic(), time.time()
         contender.go()
-        last_expiry = killed_wall
+        last_expiry, keeper_gone = killed_wall, None
         while contender.grant() is None:
             at = expires_at(store, key, token)
             last_expiry = max(last_expiry, at.timestamp()) if at else last_expiry
+            if keeper_gone is None and not alive(keeper):
+                keeper_gone = time.monotonic()
             assert time.monotonic() < killed + 3 * TTL, "the contender was never granted"
             time.sleep(0.01)
-        keeper_gone = wait_gone({keeper}, TTL)
         events = store.history(key)
     children_at_grant = [p for p in processes if p[0] != job.pid and alive(p)]
     after = [e for e in events if e.token == token and e.kind != "acquired"]
@@ -107,7 +108,7 @@ def test_a_killed_job_stops_the_renewals_and_its_lease_expires(
             renewed_after_kill_s=last_expiry - TTL - killed_wall,
             kill_to_grant_s=grant.at.timestamp() - killed_wall,
             grant_after_expiry_s=grant.at.timestamp() - last_expiry,
-            keeper_gone_after_s=keeper_gone - killed,
+            keeper_gone_after_s=-1.0 if keeper_gone is None else keeper_gone - killed,
             children_alive_at_grant=len(children_at_grant))
     assert job.process.wait(10) == -9
     assert last_expiry <= killed_wall + TTL + IN_FLIGHT, (
@@ -115,6 +116,7 @@ def test_a_killed_job_stops_the_renewals_and_its_lease_expires(
     assert not [e for e in after if e.kind == "released"], f"released while its child ran: {after}"
     assert grant.detail.get("took_over", {}).get("token") == token, grant
     assert grant.at.timestamp() >= last_expiry, "granted before the dead job's lease expired"
+    assert keeper_gone is not None, "the keeper outlived the dead job's lease"
 
 
 @pytest.mark.parametrize("busy", [False, True], ids=["idle", "gil-held"])

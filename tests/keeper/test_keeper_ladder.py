@@ -12,8 +12,8 @@ from collections.abc import Callable
 import pytest
 
 from lease_integrations import LEASE_LOST_EXIT_STATUS, connect
-from tests.keeper.conftest import Run, figures
 from tests.keeper.keeper_observe import wait_gone
+from tests.keeper.keeper_runs import Run, figures
 
 TTL = 2.0
 HEARTBEAT, MARGIN = TTL / 3, TTL / 5

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from lease_integrations import connect
-from tests.keeper.conftest import Contender, Run, figures
+from tests.keeper.keeper_runs import Contender, Run, figures
 
 TTL, THREADS, BUSY_FIRST, CALL = 6.0, 200, 3.0, 9
 

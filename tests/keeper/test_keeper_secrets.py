@@ -12,8 +12,8 @@ from security.leaks import SPELLINGS, assert_no_secret
 from security.secret_servers import postgres_role_url, redis_acl_url
 
 from lease_integrations import connect
-from tests.keeper.conftest import Run, figures
 from tests.keeper.keeper_observe import keeper_of, renewed_by_the_keeper
+from tests.keeper.keeper_runs import Run, figures
 
 __all__ = ["postgres_role_url", "redis_acl_url"]  # fixtures, used by name
 

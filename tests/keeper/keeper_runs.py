@@ -1,0 +1,91 @@
+"""The keeper tests' processes: the job and its contender (``keeper_job.py``)
+as real processes whose output goes to a file, and the figures line every
+test prints. Also used by the Airflow and Prefect faces' busy-holder tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from contextlib import suppress
+from pathlib import Path
+
+from tests.keeper.keeper_observe import Process, alive, lines, poll, tree
+
+ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT = 60.0  # bound on a process start on a loaded machine (never reached when well)
+
+
+def figures(**measured: object) -> None:
+    """One ``KEEPER-FIGURES:`` line (``pytest -s | grep KEEPER-FIGURES``)."""
+    text = " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in measured.items())
+    print(f"\nKEEPER-FIGURES: {text}", flush=True)
+
+
+class Run:
+    """One process of ``keeper_job.py``; its stdout goes to a file (a pipe
+    could fill and block it), read with ``lines``."""
+
+    def __init__(self, out: Path, *args: str, stdin: int | None = None) -> None:
+        self.out = out
+        with open(out, "wb") as f:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tests.keeper.keeper_job", *args], stdout=f,
+                stdin=stdin, cwd=ROOT, env=os.environ.copy())
+        self.pid = self.process.pid
+        self.seen: set[Process] = set()  # every process of it the test saw: ended at teardown
+
+    def lines(self) -> dict[str, list[str]]:
+        return lines(self.out)
+
+    def wait_for(self, word: str, timeout: float = START_TIMEOUT) -> list[str]:
+        def seen() -> list[str] | None:
+            found = self.lines().get(word)
+            if found is None and self.process.poll() is not None:
+                found = self.lines().get(word)
+                assert found is not None, (
+                    f"exited {self.process.returncode} before printing {word!r}: "
+                    f"{self.out.read_text(errors='replace')[-2000:]}")
+            return found
+        return poll(seen, timeout, f"{word!r} from {self.out.name}")
+
+    def tree(self) -> set[Process]:
+        found = tree(self.pid)
+        self.seen |= found
+        return found
+
+    def end(self) -> None:
+        if self.process.poll() is None:
+            self.seen |= tree(self.pid)
+        for process in self.seen:
+            if alive(process):
+                with suppress(ProcessLookupError):
+                    os.kill(process[0], signal.SIGKILL)
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(10)
+
+
+class Contender(Run):
+    """A contender in another process, trying every 50 ms once ``go()``."""
+
+    def __init__(self, out: Path, url: str, key: str, ttl: float) -> None:
+        super().__init__(out, "contend", url, key, "--ttl", str(ttl), stdin=subprocess.PIPE)
+
+    def go(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(b"go\n")
+        self.process.stdin.flush()
+
+    def grant(self) -> tuple[int, float] | None:
+        """(token, time its successful attempt began), or None if never granted."""
+        found = self.lines().get("granted")
+        return None if found is None else (int(found[0]), float(found[1]))
+
+    def end(self) -> None:
+        if self.process.stdin is not None:
+            with suppress(OSError):
+                self.process.stdin.close()
+        super().end()
