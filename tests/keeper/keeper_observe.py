@@ -11,11 +11,10 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TypeVar
 
 from lease_integrations import LeaseStore
+from tests.cli.cli_helpers import poll
 
-T = TypeVar("T")
 #: (pid, start time in clock ticks since boot): a process, safe from pid reuse.
 Process = tuple[int, int]
 KEEPER_MODULE = "lease_integrations.core.keeper"
@@ -91,7 +90,7 @@ def keeper_of(job_pid: int, timeout: float = 5.0) -> Process:
             if is_keeper(pid):
                 return identify(pid)
         return None
-    return poll(find, timeout, f"a child of the job ({job_pid}) running {KEEPER_MODULE}")
+    return poll(find, timeout, f"a child of the job ({job_pid}) running {KEEPER_MODULE}", 0.01)
 
 
 def wait_gone(processes: set[Process], timeout: float, every: float = 0.002) -> float:
@@ -104,18 +103,6 @@ def wait_gone(processes: set[Process], timeout: float, every: float = 0.002) -> 
         if now > deadline:
             left = sorted((p, state(p), cmdline(p[0])) for p in processes if alive(p))
             raise AssertionError(f"still alive after {timeout} s: {left}")
-        time.sleep(every)
-
-
-def poll(check: Callable[[], T | None], timeout: float, what: str, every: float = 0.01) -> T:
-    """Call ``check`` until it returns something truthy, or fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(every)
 
 
@@ -141,4 +128,17 @@ def renewed_by_the_keeper(store: LeaseStore, key: str, token: int) -> None:
     """Wait for one renewal after the grant: the keeper has taken the lease over."""
     first = expires_at(store, key, token)
     poll(lambda: (expires_at(store, key, token) or first) != first, 6.0,
-         "a renewal of the lease after its grant")
+         "a renewal of the lease after its grant", 0.01)
+
+
+def least_time_to_expiry(store: LeaseStore, key: str, token: int,
+                         running: Callable[[], bool]) -> float:
+    """The least time to expiry the store showed for the lease (every 50 ms)
+    while ``running()``: at or below 0, the store let it expire."""
+    least = float("inf")
+    while running():
+        record = store.get(key)
+        if record is not None and record.token == token and record.expires_in is not None:
+            least = min(least, record.expires_in)
+        time.sleep(0.05)
+    return least

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from contextlib import suppress
 from pathlib import Path
 
@@ -49,7 +50,7 @@ class Run:
                     f"exited {self.process.returncode} before printing {word!r}: "
                     f"{self.out.read_text(errors='replace')[-2000:]}")
             return found
-        return poll(seen, timeout, f"{word!r} from {self.out.name}")
+        return poll(seen, timeout, f"{word!r} from {self.out.name}", 0.01)
 
     def tree(self) -> set[Process]:
         found = tree(self.pid)
@@ -78,6 +79,13 @@ class Contender(Run):
         assert self.process.stdin is not None
         self.process.stdin.write(b"go\n")
         self.process.stdin.flush()
+
+    def start_trying(self, before: float) -> None:
+        """Once ready, start trying; fail unless that was before ``before`` (a
+        monotonic time): a contender that began later could judge nothing."""
+        self.wait_for("ready")
+        self.go()
+        assert time.monotonic() < before, "the contender started too late to judge anything"
 
     def grant(self) -> tuple[int, float] | None:
         """(token, time its successful attempt began), or None if never granted."""

@@ -5,10 +5,10 @@ heartbeat lost this lease (its thread got no turn in the call)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from lease_integrations import connect
+from tests.keeper.keeper_observe import least_time_to_expiry
 from tests.keeper.keeper_runs import Contender, Run, figures
 
 TTL, THREADS, BUSY_FIRST, CALL = 6.0, 200, 3.0, 9
@@ -21,16 +21,11 @@ def test_busy_threads_and_a_gil_call_lose_no_lease(redis_url: str, key: str,
     contender = start_contender(redis_url, key, TTL)
     job = start_job(redis_url, key, "--ttl", str(TTL), "--threads", str(THREADS),
                     "--busy-first", str(BUSY_FIRST), "--gil", str(CALL))
-    token = int(job.lines()["held"][1])
-    contender.wait_for("ready")
-    contender.go()
-    tightest = TTL
+    held = job.lines()["held"]
+    token = int(held[1])
+    contender.start_trying(before=float(held[0]) + TTL - TTL / 5)
     with connect(redis_url) as store:
-        while job.process.poll() is None:
-            record = store.get(key)
-            if record is not None and record.token == token and record.expires_in is not None:
-                tightest = min(tightest, record.expires_in)
-            time.sleep(0.05)
+        tightest = least_time_to_expiry(store, key, token, lambda: job.process.poll() is None)
         status = job.process.wait()
         contender.end()
         events = [(e.kind, e.token) for e in store.history(key)]
