@@ -8,7 +8,8 @@ default ``on_lost="exit"``) and inside the block, in this order: starts
 ``--threads`` busy Python threads, a child shell in a session of its own with
 a ``sleep`` grandchild (``--children``), prints ``held``, keeps the GIL for
 ``--gil`` seconds in one C call (``ctypes.PyDLL(None).sleep``: the GIL is not
-released), then sleeps ``--sleep`` seconds with the GIL released. It prints
+released), then sleeps ``--sleep`` seconds with the GIL released; with ``--wait-go``
+the work waits for a line on stdin (sent once the keeper has the lease). It prints
 one line per step, ``WORD MONOTONIC ...``, flushed: ``held TOKEN PID``,
 ``call-start``, ``call-end``, ``block-ended``; with ``--print-secret`` also
 ``secret SECRET`` (for the test that looks for it in the keeper's /proc).
@@ -71,6 +72,9 @@ def hold(args: argparse.Namespace) -> None:
             say("secret", lease.secret)
         say("held", time.monotonic(), lease.token, os.getpid())
         start.set()  # all started: now busy (started busy, each start waits ~a second)
+        if args.wait_go:
+            sys.stdin.readline()
+            say("go", time.monotonic())
         if args.busy_first:
             until = time.monotonic() + args.busy_first
             while time.monotonic() < until:  # Python code, beside the busy threads
@@ -115,6 +119,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0, help="busy Python threads in the block")
     p.add_argument("--children", action="store_true")
     p.add_argument("--print-secret", action="store_true")
+    p.add_argument("--wait-go", action="store_true",
+                   help="after 'held', wait for a line on stdin before the work")
     p.add_argument("--log-blocks", action="store_true")
     p.add_argument("--callback-hangs", action="store_true")
     args = p.parse_args()

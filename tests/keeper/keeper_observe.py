@@ -7,6 +7,7 @@ the whole host, so times taken in the test, the job and the contender compare.""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -83,7 +84,7 @@ def tree(root: int) -> set[Process]:
     return found
 
 
-def keeper_of(job_pid: int, timeout: float = 5.0) -> Process:
+def keeper_of(job_pid: int, timeout: float = 20.0) -> Process:
     """The job's keeper: its child whose command line names the keeper module."""
     def find() -> Process | None:
         for pid in children(job_pid):
@@ -91,6 +92,31 @@ def keeper_of(job_pid: int, timeout: float = 5.0) -> Process:
                 return identify(pid)
         return None
     return poll(find, timeout, f"a child of the job ({job_pid}) running {KEEPER_MODULE}", 0.01)
+
+
+def has_store_open(pid: int, url: str) -> bool:
+    """Whether ``pid`` holds its store open: a socket, or for SQLite the
+    database file (a keeper that has one is past its imports and connect)."""
+    path = url.split("://", 1)[1].split("?", 1)[0] if url.startswith("sqlite:") else None
+    try:
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        return False
+    return any(link.startswith("socket:") or (path is not None and link == path)
+               for link in links)
+
+
+def serving_keeper(job_pid: int, url: str, timeout: float) -> Process | None:
+    """The job's keeper once it has its store open, or None if there is none
+    by ``timeout`` (the code under test has no keeper: the test goes on and
+    judges what the job does without one)."""
+    try:
+        keeper = keeper_of(job_pid, timeout)
+        poll(lambda: has_store_open(keeper[0], url), timeout, "the keeper to open its store",
+             0.01)
+    except AssertionError:
+        return None
+    return keeper
 
 
 def wait_gone(processes: set[Process], timeout: float, every: float = 0.002) -> float:

@@ -12,7 +12,16 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-from tests.keeper.keeper_observe import Process, alive, lines, poll, tree
+from lease_integrations import connect
+from tests.keeper.keeper_observe import (
+    Process,
+    alive,
+    lines,
+    poll,
+    renewed_by_the_keeper,
+    serving_keeper,
+    tree,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 60.0  # bound on a process start on a loaded machine (never reached when well)
@@ -29,17 +38,42 @@ class Run:
     """One process of ``keeper_job.py``; its stdout goes to a file (a pipe
     could fill and block it), read with ``lines``."""
 
-    def __init__(self, out: Path, *args: str, stdin: int | None = None) -> None:
+    def __init__(self, out: Path, *args: str) -> None:
         self.out = out
         with open(out, "wb") as f:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tests.keeper.keeper_job", *args], stdout=f,
-                stdin=stdin, cwd=ROOT, env=os.environ.copy())
+                stdin=subprocess.PIPE, cwd=ROOT, env=os.environ.copy())
         self.pid = self.process.pid
         self.seen: set[Process] = set()  # every process of it the test saw: ended at teardown
 
     def lines(self) -> dict[str, list[str]]:
         return lines(self.out)
+
+    def go(self) -> None:
+        """The line on stdin the process waits for (``--wait-go``, a contender)."""
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(b"go\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            raise AssertionError(
+                f"{self.out.name} ended (status {self.process.wait(10)}) before its work began, "
+                f"while it held its lease idle: {self.out.read_text(errors='replace')}") from None
+
+    def go_once_kept(self, url: str, key: str, timeout: float = 20.0) -> Process | None:
+        """Let a ``--wait-go`` job start its work once its keeper has the lease:
+        it has its store open and the lease was renewed twice since (the job's
+        own heartbeat bridges a keeper still starting: after two renewals,
+        the next is the keeper's). Returns the keeper (None: there is none)."""
+        keeper = serving_keeper(self.pid, url, timeout)
+        if keeper is not None:
+            with connect(url) as store:
+                token = int(self.wait_for("held")[1])
+                renewed_by_the_keeper(store, key, token)
+                renewed_by_the_keeper(store, key, token)
+        self.go()
+        return keeper
 
     def wait_for(self, word: str, timeout: float = START_TIMEOUT) -> list[str]:
         def seen() -> list[str] | None:
@@ -58,6 +92,9 @@ class Run:
         return found
 
     def end(self) -> None:
+        if self.process.stdin is not None:
+            with suppress(OSError):
+                self.process.stdin.close()
         if self.process.poll() is None:
             self.seen |= tree(self.pid)
         for process in self.seen:
@@ -73,12 +110,7 @@ class Contender(Run):
     """A contender in another process, trying every 50 ms once ``go()``."""
 
     def __init__(self, out: Path, url: str, key: str, ttl: float) -> None:
-        super().__init__(out, "contend", url, key, "--ttl", str(ttl), stdin=subprocess.PIPE)
-
-    def go(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(b"go\n")
-        self.process.stdin.flush()
+        super().__init__(out, "contend", url, key, "--ttl", str(ttl))
 
     def start_trying(self, before: float) -> None:
         """Once ready, start trying; fail unless that was before ``before`` (a
@@ -92,8 +124,3 @@ class Contender(Run):
         found = self.lines().get("granted")
         return None if found is None else (int(found[0]), float(found[1]))
 
-    def end(self) -> None:
-        if self.process.stdin is not None:
-            with suppress(OSError):
-                self.process.stdin.close()
-        super().end()

@@ -21,7 +21,7 @@ import pytest
 
 from lease_integrations import connect
 from tests.conftest import store_url_for
-from tests.keeper.keeper_observe import least_time_to_expiry, renewed_by_the_keeper, wait_gone
+from tests.keeper.keeper_observe import least_time_to_expiry, wait_gone
 from tests.keeper.keeper_runs import Contender, Run, figures
 from tests.safety.proxy import FaultProxy
 
@@ -46,8 +46,9 @@ def test_a_busy_holder_keeps_its_lease(kind: str, request: pytest.FixtureRequest
                     "heartbeat, which a call that keeps the GIL starves (the documented limit)")
     url = store_url_for(request, kind, tmp_path)
     contender = start_contender(url, key)
-    job = start_job(url, key, "--ttl", str(TTL), "--gil", str(CALL))
+    job = start_job(url, key, "--ttl", str(TTL), "--gil", str(CALL), "--wait-go")
     token = int(job.lines()["held"][1])
+    job.go_once_kept(url, key)
     call_start = float(job.wait_for("call-start")[0])
     contender.start_trying(before=call_start + TTL - MARGIN)
     with connect(url) as store:
@@ -75,7 +76,8 @@ def test_a_busy_holder_broken_by_leasectl_is_killed_from_outside(
     heartbeat plus the ladder's budget of the break, though the job's
     interpreter never ran again (it is SIGKILLed; nothing after the call)."""
     url = store_url_for(request, kind, tmp_path)
-    job = start_job(url, key, "--ttl", str(TTL), "--gil", str(CALL), "--children")
+    job = start_job(url, key, "--ttl", str(TTL), "--gil", str(CALL), "--children", "--wait-go")
+    job.go_once_kept(url, key)
     job.wait_for("call-start")
     processes = job.tree()
     assert len(processes) >= 3, processes  # the job, its child shell, the sleep
@@ -112,9 +114,9 @@ def test_a_busy_holder_cut_off_from_its_store_is_gone_before_the_next_grant(
     """The store stops answering the job (a proxy that forwards nothing) while
     the job is inside the call; the contender still reaches the store. Every
     process of the job is gone before the contender's grant. ``renewing``:
-    cut off once the lease was renewed during the call (by the keeper: the
-    job's interpreter cannot run); ``at-once``: as soon as the call began,
-    whether or not the keeper has reached the store yet."""
+    cut off once the keeper renews the lease; ``at-once``: as soon as the
+    call began, right after the grant, whether or not the keeper has reached
+    the store yet."""
     url = store_url_for(request, kind, tmp_path)
     target = urlsplit(url)
     assert target.hostname is not None and target.port is not None
@@ -122,14 +124,15 @@ def test_a_busy_holder_cut_off_from_its_store_is_gone_before_the_next_grant(
     try:
         contender = start_contender(url, key)
         job = start_job(through(proxy, url), key, "--ttl", str(TTL), "--gil", str(CALL),
-                        "--children")
+                        "--children", "--wait-go")
+        if when == "renewing":
+            job.go_once_kept(url, key)
+        else:
+            job.go()
         job.wait_for("call-start")
         processes = job.tree()
         assert len(processes) >= 3, processes
         contender.wait_for("ready")
-        if when == "renewing":
-            with connect(url) as store:
-                renewed_by_the_keeper(store, key, int(job.lines()["held"][1]))
         proxy.blackhole()
         blackholed = time.monotonic()
         contender.go()

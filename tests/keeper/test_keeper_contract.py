@@ -126,14 +126,12 @@ def test_a_killed_keeper_takes_the_job_with_it(
     that keeps the GIL: the job is gone within a few hundred milliseconds,
     by the kernel (the death pipe), not by its own interpreter."""
     work = ["--gil", "5"] if busy else ["--sleep", "60"]
-    job = start_job(url, key, "--ttl", str(TTL), *work, "--children")
-    token = int(job.lines()["held"][1])
+    job = start_job(url, key, "--ttl", str(TTL), *work, "--children", "--wait-go")
     processes = job.tree()
-    keeper: Process = keeper_of(job.pid)
+    keeper: Process | None = job.go_once_kept(url, key)
+    assert keeper is not None, "the job has no keeper"
     if busy:
         job.wait_for("call-start")
-    with connect(url) as store:
-        renewed_by_the_keeper(store, key, token)
     os.kill(keeper[0], signal.SIGKILL)
     killed = time.monotonic()
     job_gone = wait_gone({p for p in processes if p[0] == job.pid}, 5)
@@ -146,3 +144,25 @@ def test_a_killed_keeper_takes_the_job_with_it(
     assert "call-end" not in job.lines()
     assert job_gone - killed <= DEATH_PIPE_BOUND, (
         f"the job outlived its keeper by {job_gone - killed:.3f} s")
+
+
+@pytest.mark.parametrize("stuck", [None, "--callback-hangs"])
+def test_a_lease_broken_while_its_keeper_starts_still_ends_the_whole_tree(
+        url: str, key: str, stuck: str | None, start_job: Callable[..., Run]) -> None:
+    """The break comes at once, while the keeper may still be starting (its
+    imports, its connection: the job's own heartbeat bridges that time).
+    Whoever finds the loss, the job's child and grandchild are gone with the
+    job within a heartbeat plus the ladder's budget (0.8 margin)."""
+    job = start_job(url, key, "--ttl", str(TTL), "--sleep", "60", "--children",
+                    *([stuck] if stuck else []))
+    processes = job.tree()
+    with connect(url) as store:
+        broke = time.monotonic()
+        assert store.force_release(key, by="test") is not None
+        gone = wait_gone(processes, 5)
+    status = job.process.wait(10)
+    figures(test="broken-at-start", store=url.split(":")[0], stuck=stuck, break_to_gone_s=gone - broke,
+            bound_s=HEARTBEAT + 0.8 * MARGIN, status=status)
+    assert status in (75, -9), status
+    assert gone - broke <= HEARTBEAT + 0.8 * MARGIN, (
+        f"the job's tree was gone {gone - broke:.3f} s after the break")

@@ -23,7 +23,9 @@ BOUND = HEARTBEAT + 0.8 * MARGIN
 @pytest.mark.parametrize("stuck", ["--log-blocks", "--callback-hangs"])
 def test_a_stuck_ladder_step_does_not_delay_the_stop(redis_url: str, key: str, stuck: str,
                                                      start_job: Callable[..., Run]) -> None:
-    job = start_job(redis_url, key, "--ttl", str(TTL), "--sleep", "60", "--children", stuck)
+    job = start_job(redis_url, key, "--ttl", str(TTL), "--sleep", "60", "--children", stuck,
+                    "--wait-go")
+    job.go_once_kept(redis_url, key)
     processes = job.tree()
     assert len(processes) >= 3, processes
     with connect(redis_url) as store:

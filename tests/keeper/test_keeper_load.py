@@ -20,10 +20,11 @@ def test_busy_threads_and_a_gil_call_lose_no_lease(redis_url: str, key: str,
                                                    ) -> None:
     contender = start_contender(redis_url, key, TTL)
     job = start_job(redis_url, key, "--ttl", str(TTL), "--threads", str(THREADS),
-                    "--busy-first", str(BUSY_FIRST), "--gil", str(CALL))
+                    "--busy-first", str(BUSY_FIRST), "--gil", str(CALL), "--wait-go")
+    job.go_once_kept(redis_url, key)
     held = job.lines()["held"]
     token = int(held[1])
-    contender.start_trying(before=float(held[0]) + TTL - TTL / 5)
+    contender.start_trying(before=float(job.wait_for("go")[0]) + TTL - TTL / 5)
     with connect(redis_url) as store:
         tightest = least_time_to_expiry(store, key, token, lambda: job.process.poll() is None)
         status = job.process.wait()

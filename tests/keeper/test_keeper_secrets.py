@@ -11,8 +11,6 @@ import pytest
 from security.leaks import SPELLINGS, assert_no_secret
 from security.secret_servers import postgres_role_url, redis_acl_url
 
-from lease_integrations import connect
-from tests.keeper.keeper_observe import keeper_of, renewed_by_the_keeper
 from tests.keeper.keeper_runs import Run, figures
 
 __all__ = ["postgres_role_url", "redis_acl_url"]  # fixtures, used by name
@@ -23,12 +21,11 @@ def test_the_keeper_has_no_secret_in_its_argv_or_environment(
         fixture: str, request: pytest.FixtureRequest, key: str,
         start_job: Callable[..., Run]) -> None:
     url: str = request.getfixturevalue(fixture)
-    job = start_job(url, key, "--ttl", "2", "--sleep", "60", "--print-secret")
+    job = start_job(url, key, "--ttl", "2", "--sleep", "60", "--print-secret", "--wait-go")
     secret = job.lines()["secret"][0]
-    keeper = keeper_of(job.pid)
+    keeper = job.go_once_kept(url, key)  # it has the secrets once it has renewed
+    assert keeper is not None, "the job has no keeper"
     proc = Path(f"/proc/{keeper[0]}")
-    with connect(url) as store:  # once it renewed, it had the secrets: read after that
-        renewed_by_the_keeper(store, key, int(job.lines()["held"][1]))
     texts = {name: (proc / name).read_bytes().replace(b"\0", b"\n").decode(errors="replace")
              for name in ("cmdline", "environ")}
     figures(test="secrets", store=url.split(":")[0], keeper_pid=keeper[0],
