@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from lease_integrations import connect
-from tests.keeper.keeper_runs import Contender, figures
+from tests.keeper.keeper_runs import Contender, figures, wait_until_kept
 
 DAGS = Path(__file__).resolve().parent / "keeper_dags"
 TTL, CALL = 2.0, 5  # as in the DAG file
@@ -44,10 +44,18 @@ def test_dag_test_busy_task_keeps_its_lease(airflow_home: Path, tmp_path: Path) 
                                stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 180
+        while not (records / "pid").exists():
+            assert run.poll() is None, (tmp_path / "run.log").read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, "the task never started"
+            time.sleep(0.02)
+        with connect(store_url) as store:
+            record = store.get(KEY)
+        assert record is not None and record.held, record
+        wait_until_kept(int((records / "pid").read_text()), store_url, KEY, record.token)
+        (records / "go").touch()
         while not (records / "call-start").exists():
             assert run.poll() is None, (tmp_path / "run.log").read_text(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, "the task never started its call"
-            time.sleep(0.02)
+            time.sleep(0.01)
         call_start = float((records / "call-start").read_text())
         contender.start_trying(before=call_start + TTL - MARGIN)
         status = run.wait(CALL + 120)

@@ -34,6 +34,21 @@ def figures(**measured: object) -> None:
     print(f"\nKEEPER-FIGURES: {text}", flush=True)
 
 
+def wait_until_kept(job_pid: int, url: str, key: str, token: int,
+                    timeout: float = 20.0) -> Process | None:
+    """Wait until the job's keeper has its lease: the keeper has its store open
+    and the lease was renewed twice since (the job's own heartbeat bridges a
+    keeper still starting: after two renewals, the next is the keeper's).
+    Returns the keeper, or None if there is none (the test goes on and
+    judges what the job does without one)."""
+    keeper = serving_keeper(job_pid, url, timeout)
+    if keeper is not None:
+        with connect(url) as store:
+            renewed_by_the_keeper(store, key, token)
+            renewed_by_the_keeper(store, key, token)
+    return keeper
+
+
 class Run:
     """One process of ``keeper_job.py``; its stdout goes to a file (a pipe
     could fill and block it), read with ``lines``."""
@@ -62,16 +77,9 @@ class Run:
                 f"while it held its lease idle: {self.out.read_text(errors='replace')}") from None
 
     def go_once_kept(self, url: str, key: str, timeout: float = 20.0) -> Process | None:
-        """Let a ``--wait-go`` job start its work once its keeper has the lease:
-        it has its store open and the lease was renewed twice since (the job's
-        own heartbeat bridges a keeper still starting: after two renewals,
-        the next is the keeper's). Returns the keeper (None: there is none)."""
-        keeper = serving_keeper(self.pid, url, timeout)
-        if keeper is not None:
-            with connect(url) as store:
-                token = int(self.wait_for("held")[1])
-                renewed_by_the_keeper(store, key, token)
-                renewed_by_the_keeper(store, key, token)
+        """Let a ``--wait-go`` job start its work once its keeper has the lease
+        (``wait_until_kept``). Returns the keeper (None: there is none)."""
+        keeper = wait_until_kept(self.pid, url, key, int(self.wait_for("held")[1]), timeout)
         self.go()
         return keeper
 

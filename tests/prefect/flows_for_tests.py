@@ -330,7 +330,12 @@ def events_lost() -> None:
 def busy_holder(seconds: int = 5) -> int:
     """One call that keeps the GIL for ``seconds`` (2.5 ttl: issue 31), so the
     flow's interpreter never runs while its lease must be renewed. Writes
-    ``call-start`` and ``call-end`` (monotonic times)."""
+    ``pid``, waits for the file ``go`` (made once the keeper has the lease),
+    then writes ``call-start`` and ``call-end`` (monotonic times)."""
+    (coord_dir() / "pid").write_text(str(os.getpid()))
+    deadline = time.monotonic() + BOUND
+    while not (coord_dir() / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
     (coord_dir() / "call-start").write_text(f"{time.monotonic():.6f}")
     ctypes.PyDLL(None).sleep(seconds)
     (coord_dir() / "call-end").write_text(f"{time.monotonic():.6f}")

@@ -13,7 +13,7 @@ from pathlib import Path
 from prefect_helpers import Child, wait_until
 
 from lease_integrations import connect
-from tests.keeper.keeper_runs import Contender, figures
+from tests.keeper.keeper_runs import Contender, figures, wait_until_kept
 
 TTL, CALL = 2.0, 5  # as in flows_for_tests.busy_holder
 MARGIN = TTL / 5
@@ -25,7 +25,13 @@ def test_a_busy_flow_keeps_its_lease(spawn: Callable[..., Child], coord: Path, l
     contender = Contender(tmp_path / "contender.out", lease_url, KEY, TTL)
     try:
         child = spawn("busy_holder", seconds=CALL)
-        wait_until(lambda: (coord / "call-start").exists() or child.done(), 120,
+        wait_until(lambda: (coord / "pid").exists() or child.done(), 120, "the flow to start")
+        with connect(lease_url) as store:
+            record = store.get(KEY)
+        assert record is not None and record.held, record
+        wait_until_kept(int((coord / "pid").read_text()), lease_url, KEY, record.token)
+        (coord / "go").touch()
+        wait_until(lambda: (coord / "call-start").exists() or child.done(), 30,
                    "the flow to start its call")
         call_start = float((coord / "call-start").read_text())
         contender.start_trying(before=call_start + TTL - MARGIN)

@@ -1,8 +1,10 @@
 """A DAG for the keeper's busy-holder test (issue 31): a ``LeasedPythonOperator``
 whose callable spends 2.5 ttl in one call that keeps the GIL
 (``ctypes.PyDLL(None).sleep``), so the task's interpreter never runs while
-the lease must be renewed. It writes ``call-start`` and ``call-end`` (the
-monotonic times) to ``$KEEPER_RECORD_DIR``."""
+the lease must be renewed. In ``$KEEPER_RECORD_DIR`` it writes ``pid`` (the
+task's process), waits for the file ``go`` (the test makes it once the
+keeper has the lease), and writes ``call-start`` and ``call-end`` (the
+monotonic times)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,10 @@ TTL, CALL = 2.0, 5
 
 def busy(**context: Any) -> int:
     RECORD.mkdir(parents=True, exist_ok=True)
+    (RECORD / "pid").write_text(str(os.getpid()))
+    deadline = time.monotonic() + 120
+    while not (RECORD / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
     (RECORD / "call-start").write_text(f"{time.monotonic():.6f}")
     ctypes.PyDLL(None).sleep(CALL)
     (RECORD / "call-end").write_text(f"{time.monotonic():.6f}")
