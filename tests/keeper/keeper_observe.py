@@ -87,6 +87,8 @@ def tree(root: int) -> set[Process]:
 def keeper_of(job_pid: int, timeout: float = 20.0) -> Process:
     """The job's keeper: its child whose command line names the keeper module."""
     def find() -> Process | None:
+        if identify(job_pid) is None:
+            raise AssertionError(f"the job ({job_pid}) is gone")
         for pid in children(job_pid):
             if is_keeper(pid):
                 return identify(pid)
@@ -110,10 +112,14 @@ def serving_keeper(job_pid: int, url: str, timeout: float) -> Process | None:
     """The job's keeper once it has its store open, or None if there is none
     by ``timeout`` (the code under test has no keeper: the test goes on and
     judges what the job does without one)."""
+    def opened() -> bool:
+        if identify(job_pid) is None:
+            raise AssertionError(f"the job ({job_pid}) is gone")
+        return has_store_open(keeper[0], url)
+
     try:
         keeper = keeper_of(job_pid, timeout)
-        poll(lambda: has_store_open(keeper[0], url), timeout, "the keeper to open its store",
-             0.01)
+        poll(opened, timeout, "the keeper to open its store", 0.01)
     except AssertionError:
         return None
     return keeper
