@@ -46,25 +46,36 @@ ensure_compat_env() {  # version (3.10, 3.12, 3.13): the core on every supported
 ensure_airflow_env() { ensure_core_env; _ensure_extra_env .venv-airflow "$PY311" "airflow,test"; }
 ensure_prefect_env() { ensure_core_env; _ensure_extra_env .venv-prefect "$PY311" "prefect,test"; }
 
-# The oldest releases the extras allow (the floors in pyproject.toml), for the
-# smoke phase; see docs/development.md#support-matrix. Each is installed with its
-# phase's constraints file (constraints/*-oldest.txt): the release pin and what
-# that release needs but does not declare (FastAPI ceilings). Those pins never go
-# into the extras. Only pytest beside them: the [test] extra brings SQLAlchemy 2
-# and store clients the smoke test does not use.
+# One environment per admitted Airflow and Prefect minor, installed as its users
+# install it: its newest patch with the dependencies that existed a few days
+# after that patch's upload (`uv pip install --exclude-newer DAY`, the same world
+# as the release's own constraints file), no hand pins. The patches and days are
+# in constraints/release-days.txt (how each day was found: its header). Only
+# pytest beside them: the [test] extra brings SQLAlchemy 2 and store clients the
+# smoke tests do not use.
+RELEASE_DAYS=constraints/release-days.txt
+SMOKE_TOOLS=("pytest>=8" "pytest-timeout>=2.3")
+minor_lines() {  # "face minor" per line, in the file's order
+  awk '!/^#/ && NF { print $1, $2 }' "$RELEASE_DAYS"
+}
+minor_field() {  # face minor field (3 = requirement, 5 = day)
+  awk -v face="$1" -v minor="$2" -v n="$3" '$1 == face && $2 == minor { print $n }' "$RELEASE_DAYS"
+}
+minor_env() { echo ".venv-$1-$2"; }  # face minor
+ensure_minor_env() {  # face minor
+  local req day
+  req="$(minor_field "$1" "$2" 3)"; day="$(minor_field "$1" "$2" 5)"
+  [ -n "$day" ] || { echo "$RELEASE_DAYS has no line for $1 $2" >&2; return 1; }
+  ensure_core_env
+  _ensure_extra_env "$(minor_env "$1" "$2")" "$PY311" "$1" --exclude-newer "$day" "$req" "${SMOKE_TOOLS[@]}"
+}
+ensure_minor_envs() {  # every line of the file
+  local face minor
+  while read -r face minor; do ensure_minor_env "$face" "$minor" </dev/null || return; done < <(minor_lines)
+}
+
 _pinned() {  # constraints file, distribution: the version the file pins
   sed -n "s/^$2==\([^ ;#]*\).*/\1/p" "$1"
-}
-AIRFLOW_OLDEST="$(_pinned constraints/airflow-oldest.txt apache-airflow)"
-PREFECT_OLDEST="$(_pinned constraints/prefect-oldest.txt prefect)"
-SMOKE_TOOLS=("pytest>=8" "pytest-timeout>=2.3")
-ensure_airflow_oldest_env() {
-  ensure_core_env
-  _ensure_extra_env .venv-airflow-min "$PY311" "airflow" -c constraints/airflow-oldest.txt "${SMOKE_TOOLS[@]}"
-}
-ensure_prefect_oldest_env() {
-  ensure_core_env
-  _ensure_extra_env .venv-prefect-min "$PY311" "prefect" -c constraints/prefect-oldest.txt "${SMOKE_TOOLS[@]}"
 }
 
 # The oldest store clients the extras allow (redis, psycopg and pymongo at their

@@ -257,6 +257,10 @@ class Keeper:
                 with self._cond:  # the block ended (LeaseLost): its loss stops nothing now
                     self._stops.pop(lease.lid, None)
                     self._cond.notify()
+        elif op == "renewed":  # the job renewed it while we were starting
+            kept = self.leases.get(message["id"])
+            if kept is not None:
+                kept.renewed(message["started"])
         elif op == "end":
             with self._cond:
                 self._known.update(message.get("known", ()))

@@ -150,7 +150,8 @@ class Keeper:
             self._stores[lid] = store
             if sid not in self._ready or self._broken:
                 self._bridged.add(lid)
-                get_heartbeat().add(lease, store, interval)
+                get_heartbeat().add(lease, store, interval, on_renewed=self._bridged_renewal,
+                                    records_loss=self._proc is None)
             lines.append({"op": "add", "id": lid, "store": sid, "key": lease.key,
                           "holder": lease.holder, "token": lease.token, "secret": lease.secret,
                           "ttl": lease.ttl, "margin": lease.margin, "grace": lease.grace,
@@ -179,6 +180,13 @@ class Keeper:
                 self._armed -= 1
                 if self._armed == 0:
                     self._set_death_pipe(False)
+
+    def _bridged_renewal(self, lease: Lease, started: float) -> None:
+        """Our heartbeat renewed a lease the keeper is still taking over: the
+        keeper's trust window must count that renewal too."""
+        with self._lock:
+            if lease.keeper_id in self._bridged:
+                self._send([{"op": "renewed", "id": lease.keeper_id, "started": started}])
 
     def held(self) -> list[tuple[Lease, LeaseStore]]:
         """Every lease the keeper keeps for us, with its store."""
