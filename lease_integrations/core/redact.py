@@ -207,10 +207,10 @@ def url_secrets(url: str) -> tuple[str, ...]:
             if option.secret and option.value:
                 found += [option.value, *option.value.split("&")]
         first_sep = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-        host_part = rest[:first_sep]
-        if not host_part_parses(host_part):  # a forgotten '@': past the user, a password
-            found += [host_part.partition(":")[2],
-                      *(p for p in host_part.replace(",", ":").split(":")[1:] if not p.isdigit())]
+        for item in rest[:first_sep].split(","):  # a forgotten '@': past the user, a password
+            if not _HOST_ITEM.fullmatch(item):
+                after_user = item.partition(":")[2]
+                found += [after_user, re.sub(r":\d*$", "", after_user)]
     else:
         for pm in _LOOSE_PAIR.finditer(url):
             if is_secret_name(pm.group(1)):
