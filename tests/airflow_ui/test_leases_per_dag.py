@@ -12,7 +12,6 @@ that as well as the break permission."""
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from api_server import ApiServer
+from api_server import ApiServer, running
 
 from lease_integrations import LeaseStore, connect
 
@@ -37,15 +36,8 @@ def server() -> Iterator[ApiServer]:
     api = ApiServer(home, home / "leases.db", users=ROLES,
                     auth_manager="per_dag_auth_manager.PerDagAuthManager", python_path=(str(HERE),),
                     extra_env={"LEASE_TEST_DAG_ACCESS": json.dumps(ACCESS)})
-    try:
-        api.start()
+    with running(api):
         yield api
-    except BaseException:
-        print(api.tail())
-        raise
-    finally:
-        api.stop()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,6 @@ import hashlib
 import json
 import random
 import re
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -39,7 +38,7 @@ from typing import Any
 
 import httpx
 import pytest
-from api_server import ApiServer, free_port
+from api_server import ApiServer, free_port, running
 from security.url_typos import typos
 
 from lease_integrations import connect
@@ -72,15 +71,8 @@ def server() -> Iterator[tuple[ApiServer, Path]]:
                         "AIRFLOW__SECRETS__BACKEND": "switchable_store.SwitchableStoreBackend",
                         "AIRFLOW__SECRETS__BACKEND_KWARGS": json.dumps({"path": str(case_file)})})
     del api.env["AIRFLOW_CONN_LEASE_DEFAULT"]  # the switchable backend names the store
-    try:
-        api.start()
+    with running(api):
         yield api, case_file
-    except BaseException:
-        print(api.tail())
-        raise
-    finally:
-        api.stop()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +119,17 @@ class Takers:
     def finish(self) -> None:
         self.stop.touch()
         assert [p.wait(timeout=120) for p in self.procs] == [0] * len(self.procs)
+
+
+def take(url: str, key: str, holder: str, meta: dict[str, Any]) -> None:
+    with connect(url) as store:
+        assert store.acquire(key, holder, "secret", 300, meta).granted
+
+
+def holder_of(url: str, key: str) -> str | None:
+    with connect(url) as store:
+        record = store.get(key)
+        return None if record is None else record.holder
 
 
 def grants(out: Path) -> list[dict[str, Any]]:
@@ -227,8 +230,7 @@ def test_another_dags_key_answers_as_a_missing_key_does(
         url_served: Callable[[str], str], clients: dict[str, httpx.Client], tmp_path: Path) -> None:
     url = url_served("sqlite")
     hidden, missing = f"b-{tmp_path.name}", f"never-{tmp_path.name}"
-    with connect(url) as store:
-        assert store.acquire(hidden, "b-holder", "s", 300, {"dag_id": "dag_b"}).granted
+    take(url, hidden, "b-holder", {"dag_id": "dag_b"})
     for user, method, path in [("a_viewer", "GET", "/leases/api/lease?key={}"),
                                ("a_viewer", "GET", "/leases/api/history?key={}"),
                                ("a_viewer", "GET", "/leases/history?key={}"),
@@ -239,24 +241,19 @@ def test_another_dags_key_answers_as_a_missing_key_does(
             r = clients[user].request(method, path.format(key), headers={"X-Lease-Break": key})
             said.append((r.status_code, r.text.replace(key, "KEY")))
         assert said[0] == said[1] and said[0][0] == 404, (path, said)
-    with connect(url) as store:
-        record = store.get(hidden)
-        assert record is not None and record.holder == "b-holder"
+    assert holder_of(url, hidden) == "b-holder"
 
 
 def test_a_break_needs_the_leases_page_permission_too(
         url_served: Callable[[str], str], clients: dict[str, httpx.Client], tmp_path: Path) -> None:
     url = url_served("sqlite")
     key = f"a-{tmp_path.name}"
-    with connect(url) as store:
-        assert store.acquire(key, "a-holder", "s", 300, {"dag_id": "dag_a"}).granted
+    take(url, key, "a-holder", {"dag_id": "dag_a"})
     nopage = clients["nopage_admin"]
     refused = [nopage.get(f"/leases/break?key={key}"),
                nopage.post(f"/leases/api/break?key={key}", headers={"X-Lease-Break": key})]
     assert [r.status_code for r in refused] == [403, 403], [r.text for r in refused]
-    with connect(url) as store:
-        record = store.get(key)
-        assert record is not None and record.holder == "a-holder"
+    assert holder_of(url, key) == "a-holder"
 
 
 def test_a_dag_runs_events_stay_hidden_after_its_acquired_event_is_trimmed(
@@ -282,8 +279,7 @@ def test_hand_written_events_do_not_break_the_history(
         url_served: Callable[[str], str], clients: dict[str, httpx.Client], tmp_path: Path) -> None:
     url = url_served("sqlite")
     key = f"bad-{tmp_path.name}"
-    with connect(url) as store:
-        assert store.acquire(key, "a-holder", "s", 300, {"dag_id": "dag_a"}).granted
+    take(url, key, "a-holder", {"dag_id": "dag_a"})
     with sqlite3.connect(tmp_path / "leases.db") as db:
         db.executemany("INSERT INTO lease_events (key, kind, token, holder, at, detail) "
                        "VALUES (?, 'released', 1, 'h', ?, ?)",
