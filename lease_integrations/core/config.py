@@ -178,5 +178,5 @@ def query_options(parts: SplitResult, allowed: dict[str, type], url: str) -> dic
     return options
 
 
-__all__ = ["ENV_URL", "check_credentials", "check_slashes", "default_state_dir", "default_url",
-           "mask_url", "parse_url", "query_items", "query_options", "resolve_url"]
+__all__ = ["ENV_URL", "PATH_SCHEMES", "check_credentials", "check_slashes", "default_state_dir",
+           "default_url", "mask_url", "parse_url", "query_items", "query_options", "resolve_url"]

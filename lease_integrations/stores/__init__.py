@@ -12,9 +12,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..core.config import ENV_URL, check_credentials, check_slashes, mask_url, parse_url, resolve_url
+from ..core.config import (
+    ENV_URL,
+    PATH_SCHEMES,
+    check_credentials,
+    check_slashes,
+    mask_url,
+    parse_url,
+    resolve_url,
+)
 from ..core.errors import ConfigurationError
-from ..core.redact import PATH_SCHEMES
 from ..core.store import LeaseStore
 
 #: scheme -> "module:Class"
