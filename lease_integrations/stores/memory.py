@@ -15,7 +15,15 @@ from typing import Any, ClassVar
 from ..core.config import parse_url, query_options
 from ..core.errors import ConfigurationError
 from ..core.record import AcquireResult, LeaseRecord
-from ..core.store import HISTORY_LIMIT, TOOK_OVER, EventKind, LeaseEvent, LeaseStore, RecordList
+from ..core.store import (
+    HISTORY_LIMIT,
+    TOOK_OVER,
+    EventKind,
+    EventList,
+    LeaseEvent,
+    LeaseStore,
+    RecordList,
+)
 
 
 @dataclass
@@ -142,7 +150,7 @@ class MemoryStore(LeaseStore):
     def history(self, key: str, limit: int = 50) -> builtins.list[LeaseEvent]:
         with self._cond:
             row = self._rows.get(key)
-            return [] if row is None else list(row.events)[-limit:]
+            return EventList([] if row is None else list(row.events)[-limit:])
 
     def record_event(self, key: str, kind: EventKind, holder: str | None, token: int,
                      detail: Mapping[str, Any] | None = None) -> None:

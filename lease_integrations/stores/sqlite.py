@@ -67,6 +67,8 @@ from ..core.store import (
     LeaseStore,
     RecordList,
     RenewItem,
+    checked_event,
+    readable_events,
     readable_records,
 )
 
@@ -519,8 +521,8 @@ class SqliteStore(LeaseStore):
     def history(self, key: str, limit: int = 50) -> builtins.list[LeaseEvent]:
         with self._transaction(immediate=False) as conn:
             rows = conn.execute(HISTORY, {"key": key, "limit": min(limit, HISTORY_LIMIT)}).fetchall()
-        return [LeaseEvent(k, kind, int(tok), holder, _dt(at), json.loads(detail))
-                for k, kind, tok, holder, at, detail in rows]
+        return readable_events(rows, lambda r: checked_event(
+            r[0], r[1], r[2], r[3], parse_field(r[0], "event at", _dt, r[4]), r[5]))
 
     def record_event(self, key: str, kind: EventKind, holder: str | None, token: int,
                      detail: Mapping[str, Any] | None = None) -> None:
