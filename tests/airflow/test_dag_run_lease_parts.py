@@ -272,7 +272,7 @@ def test_the_example_dag_runs_under_dag_test(airflow_home: Path, tmp_path: Path)
     assert set(states.values()) == {"success"}, states
     with connect(f"sqlite://{tmp_path}/leases.db") as store:
         record = store.get("search-index")
-        assert record is not None and record.holder is None and record.token == 1
+        assert record is not None and record.holder is None and record.token >= 1
         assert record.meta["dag_id"] == "index_rebuild_dag_run_lease"
     with sqlite3.connect(tmp_path / "work" / "catalog.db") as conn:
         assert conn.execute("SELECT path FROM live").fetchone() == (
