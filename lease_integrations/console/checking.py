@@ -12,6 +12,7 @@ import argparse
 import json
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from ..core.checker import FencedWrite, check_history
 from ..core.errors import ConfigurationError
@@ -34,17 +35,22 @@ def read_writes(path: str) -> list[FencedWrite]:
             continue
         try:
             row = json.loads(line)
-            at = row.get("at")
-            if isinstance(at, str):
-                at = datetime.fromisoformat(at)
-                if at.tzinfo is None:
-                    raise ValueError("'at' needs a time zone")
-            elif at is not None and not isinstance(at, (int, float)):
-                raise ValueError("'at' must be ISO 8601 or seconds")
-            writes.append(FencedWrite(int(row["token"]), bool(row["accepted"]), at))
+            at, sent = _time(row, "at"), _time(row, "sent")
+            writes.append(FencedWrite(int(row["token"]), bool(row["accepted"]), at, sent))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ConfigurationError(f"--writes {path!r} line {number}: {exc}") from None
     return writes
+
+
+def _time(row: dict[str, Any], name: str) -> datetime | float | None:
+    value = row.get(name)
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+        if value.tzinfo is None:
+            raise ValueError(f"{name!r} needs a time zone")
+    elif value is not None and not isinstance(value, (int, float)):
+        raise ValueError(f"{name!r} must be ISO 8601 or seconds")
+    return value
 
 
 def run_check(store: LeaseStore, args: argparse.Namespace) -> int:
@@ -60,6 +66,8 @@ def run_check(store: LeaseStore, args: argparse.Namespace) -> int:
                    "writes_accepted": report.writes_accepted, "writes_refused": report.writes_refused,
                    "violations": [{"rule": v.rule, "message": v.message, "tokens": list(v.tokens)}
                                   for v in report.violations],
+                   "hazards": [{"rule": h.rule, "message": h.message, "tokens": list(h.tokens)}
+                               for h in report.hazards],
                    "notes": report.notes})
         return code
     emit(f"store {store.url}")
