@@ -37,25 +37,31 @@
  * half (the code: 0.8 and 0.2).
  *
  * The test runs two configurations: -DHORIZON=7 -DMAXFAULTS=0 ("clocks") and
- * -DHORIZON=5 -DMAXFAULTS=1 ("faults").
+ * -DHORIZON=4 -DMAXFAULTS=1 ("faults").
  *
  * Assumptions (the same list as docs/concepts/proof.md, "Assumptions"):
- *  A1 time is discrete (a tick is ttl/4); the horizon is 7 or 5 ticks.
- *  A2 a host's clock runs no slower than the store's by more than DRIFT = 1
- *     tick over the run; a fast clock only ends trust earlier (left out).
+ *  A1 time is discrete (a tick is ttl/4); the horizon is 7 ticks (clocks) or 4 (faults).
+ *  A2 a host's clock lags the store's by at most DRIFT = 1 tick over a run;
+ *     a fast clock only ends trust earlier (left out).
  *  A3 the store's clock ticks between two grants of a key and does not go
- *     back across a loss (the token floor: Redis/PostgreSQL/memory/SQLite
- *     floor by a microsecond clock; MongoDB's $$NOW has milliseconds).
- *  A4 the keeper is never starved: a stop it is due to make is made before
- *     the clock moves on, unless the whole host is paused (a VM freeze), which
- *     freezes job, keeper and kernel timers together: that holder is then
- *     exempt from properties 3 and 4 and only the fence protects (A5).
+ *     back across a loss (the token floor: Redis, PostgreSQL, SQLite and
+ *     memory floor with a microsecond clock; MongoDB's $$NOW has
+ *     milliseconds: a document lost and its key granted again within the
+ *     server millisecond of the grant before reissues that token).
+ *  A4 the keeper is never starved: a stop that is due is made before the
+ *     clock moves on (the tick is half the margin: the stop gets half, drift
+ *     the other half; the code: 0.8 and 0.2), unless the whole host is
+ *     paused (a VM freeze: job, keeper and kernel timers together): that
+ *     holder is then exempt from P3 and P4 and only the fence protects (A5).
  *  A5 the resource checks the token on every write (core/fencing).
  *  A6 at most MAXFAULTS (0 or 1) store faults per run; two holders, one key;
- *     no adoption by a second process, no batching, no descendants.
- *  A7 a release or renewal that fails (store unreachable) either took effect
- *     at the store or did not; one that lands later changes nothing the
- *     properties read (its own token's record only).
+ *     no adoption by a second process, no batching; descendants are frozen
+ *     as part of the stop.
+ *  A7 a release or renewal that fails either took effect at the store or did
+ *     not; a failed release is let take effect and a renewal still in flight
+ *     when its holder leaves is dropped (-DORPHANS keeps it): landing, either
+ *     only keeps alive a record nobody here trusts, which delays others'
+ *     grants, and a delayed grant is also reachable by a pause.
  */
 
 #ifndef N
@@ -171,8 +177,9 @@ inline fence(i, tok, e) {
    again (its token lives on in ctr), so clear it. */
 inline free_record() { rh = 0; rtok = 0; rexp = 0 }
 
-/* A holder leaves its lease behind: clear what it no longer reads.  A renewal
-   already sent stays in flight (orph) and may still land; so does a write. */
+/* A holder leaves its lease behind: clear what it no longer reads.  A write
+   already sent stays in flight and may still land; so does a renewal with
+   -DORPHANS (A7). */
 inline forget(i) {
 #ifdef ORPHANS
   if :: rpc[i] == 1 -> orph[i] = htok[i] :: else -> skip fi;
