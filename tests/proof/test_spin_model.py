@@ -92,8 +92,7 @@ def _trail_line(tmp_path: Path, defines: list[str]) -> str:
     """Replay the trail (spin -t): the model's printf events, on one line."""
     replay = subprocess.run(["spin", "-t", *defines, MODEL.name], cwd=tmp_path,
                             capture_output=True, text=True, timeout=60)
-    events = [line.strip() for line in replay.stdout.splitlines()
-              if "|" in line and not line.lstrip().startswith("spin:")]
+    events = [line.split("spin:")[0] for line in replay.stdout.splitlines() if "|" in line]
     return " ".join(" ".join(events).split()).rstrip(" |")
 
 
