@@ -98,12 +98,15 @@ class FencedWrite:
 class Hold:
     """An interval in which a holder trusted its lease of ``token``, from its
     own log (e.g. ``time.monotonic()`` on one host at acquire and at release
-    or loss). All holds given to one check must share a clock."""
+    or loss). All holds given to one check must share a clock. ``adopted``:
+    the holder was handed the lease (``hold_adopted``: a DAG-run lease's
+    tasks), not granted it; its hold is part of that token's one grant."""
 
     token: int
     start: Time
     end: Time
     holder: str | None = None
+    adopted: bool = False
 
 
 @dataclass(frozen=True)
@@ -334,6 +337,14 @@ def _first_newer_grant(grants: dict[int, LeaseEvent], token: int, stamp: Time | 
 
 def _check_holds(holds: list[Hold], broken: set[int], report: HistoryReport, drift: float) -> None:
     ordered = sorted(holds, key=lambda h: _seconds(h.start))
+    granted: dict[int, Hold] = {}
+    for h in ordered:
+        first = granted.setdefault(h.token, h) if not h.adopted else h
+        if first is not h:
+            report.violations.append(Violation(
+                "token-order", f"token {h.token} granted twice: {first.holder or 'a holder'} "
+                f"began trusting it at {_fmt(first.start)} and {h.holder or 'a holder'} at "
+                f"{_fmt(h.start)}, neither adopting it", (h.token,)))
     for a, b in itertools.pairwise(ordered):
         if b.token < a.token:
             report.violations.append(Violation(
@@ -342,7 +353,7 @@ def _check_holds(holds: list[Hold], broken: set[int], report: HistoryReport, dri
                 f"at {_fmt(a.start)} (tokens must rise)", (a.token, b.token)))
     for i, a in enumerate(ordered):
         for b in ordered[i + 1:]:
-            if b.token == a.token:
+            if b.token == a.token and (a.adopted or b.adopted):
                 continue  # adopters of one grant (the DAG-run lease): one grant, one trust
             if _seconds(b.start) >= _seconds(a.end) - drift:
                 if _seconds(b.start) >= _seconds(a.end):

@@ -172,11 +172,16 @@ def test_one_token_held_by_several_adopters_is_one_grant() -> None:
     adopts it, at once or one after another; token 6 is the next run's."""
     history = [ev(0, "acquired", 5, "dagrun:r1"), ev(30, "released", 5, "dagrun:r1"),
                ev(31, "acquired", 6, "dagrun:r2")]
-    holds = [Hold(5, 0.0, 30.0, "keeper"), Hold(5, 1.0, 10.0, "task-a"),
-             Hold(5, 10.0, 29.0, "task-b"), Hold(5, 2.0, 5.0, "task-c"), Hold(6, 31.0, 40.0, "keeper")]
+    holds = [Hold(5, 0.0, 30.0, "keeper"), Hold(5, 1.0, 10.0, "task-a", adopted=True),
+             Hold(5, 10.0, 29.0, "task-b", adopted=True), Hold(5, 2.0, 5.0, "task-c", adopted=True),
+             Hold(6, 31.0, 40.0, "keeper")]
     writes = [FencedWrite(5, True, at(2)), FencedWrite(5, True, at(12)), FencedWrite(6, True, at(32))]
     report = check_history(history, writes, holds=holds, ttl=10)
     assert report.ok and not report.hazards, str(report)
-    late_adopter = [*holds, Hold(5, 35.0, 36.0, "task-d")]  # trusts 5 after 6's grant
+    late_adopter = [*holds, Hold(5, 35.0, 36.0, "task-d", adopted=True)]  # trusts 5 after 6
     report = check_history(history, holds=late_adopter, ttl=10)
     assert {v.rule for v in report.violations} == {"token-order", "overlap"}, str(report)
+    # two holders each granted token 5 (a reissued token), neither adopting: not one grant
+    twice = check_history(holds=[Hold(5, 0.0, 3.0, "a"), Hold(5, 4.0, 6.0, "b")])
+    assert [(v.rule, v.tokens) for v in twice.violations] == [("token-order", (5,))], str(twice)
+    assert "token 5 granted twice" in str(twice)
