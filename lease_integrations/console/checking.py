@@ -13,6 +13,7 @@ import json
 import math
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from ..core.checker import FencedWrite, check_history
 from ..core.errors import ConfigurationError
@@ -50,19 +51,24 @@ def _write(line: str) -> FencedWrite:
     row = json.loads(line, parse_constant=_no_constant)
     if not isinstance(row, dict):
         raise ValueError(f"a write is a JSON object, found {type(row).__name__}")
-    token, accepted, at = row["token"], row["accepted"], row.get("at")
+    token, accepted = row["token"], row["accepted"]
     if isinstance(token, bool) or not isinstance(token, int):
         raise ValueError(f"'token' must be an integer, found {token!r:.40}")
     if not isinstance(accepted, bool):
         raise ValueError(f"'accepted' must be true or false, found {accepted!r:.40}")
-    if isinstance(at, str):
-        at = datetime.fromisoformat(at)
-        if at.tzinfo is None:
-            raise ValueError("'at' needs a time zone")
-    elif at is not None and (isinstance(at, bool) or not isinstance(at, (int, float))
-                             or not math.isfinite(at)):
-        raise ValueError("'at' must be ISO 8601 with a zone or a finite number of seconds")
-    return FencedWrite(token, accepted, at)
+    return FencedWrite(token, accepted, _time(row, "at"), _time(row, "sent"))
+
+
+def _time(row: dict[str, Any], name: str) -> datetime | float | None:
+    value = row.get(name)
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+        if value.tzinfo is None:
+            raise ValueError(f"{name!r} needs a time zone")
+    elif value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                or not math.isfinite(value)):
+        raise ValueError(f"{name!r} must be ISO 8601 with a zone or a finite number of seconds")
+    return value
 
 
 def _no_constant(name: str) -> None:
@@ -85,6 +91,8 @@ def run_check(store: LeaseStore, args: argparse.Namespace) -> int:
                    "writes_accepted": report.writes_accepted, "writes_refused": report.writes_refused,
                    "violations": [{"rule": v.rule, "message": v.message, "tokens": list(v.tokens)}
                                   for v in report.violations],
+                   "hazards": [{"rule": h.rule, "message": h.message, "tokens": list(h.tokens)}
+                               for h in report.hazards],
                    "notes": report.notes, "unreadable_events": [str(e) for e in unreadable]})
         return code
     emit(f"store {store.url}")

@@ -93,7 +93,10 @@ class MemoryStore(LeaseStore):
             detail: dict[str, Any] = {"meta": dict(meta)}
             if row.holder is not None:  # held but expired: an expiry takeover
                 detail[TOOK_OVER] = {"token": row.token, "holder": row.holder}
-            token = self._tokens[key] = max(self._tokens.get(key, 0), row.token) + 1
+            # floored by the clock in microseconds, as the other stores: a
+            # fenced resource that outlives this process never sees a token again
+            token = self._tokens[key] = max(max(self._tokens.get(key, 0), row.token) + 1,
+                                            time.time_ns() // 1000)
             row.holder, row.secret, row.token = holder, secret, token
             row.acquired_at = row.renewed_at = now
             row.expires_mono = mono + ttl
