@@ -77,7 +77,7 @@ def test_bare_decorator_uses_the_flow_name() -> None:
         ({"key": "billing-{tenant"}, "billing-{tenant"),
         ({"key": 42}, "42"),
         ({"store": "reddis://localhost"}, "'reddis'"),
-        ({"store": "redis://localhost:notaport"}, "the port is not a number"),
+        ({"store": "redis://localhost:notaport"}, "a port that is not a number"),
         ({"store": "block:"}, "'block:'"),
         ({"store": 3.5}, "3.5"),
         ({"annotate": "yes"}, "'yes'"),

@@ -89,7 +89,7 @@ def test_served_deployment_runs_take_the_lease(
         (record_file,) = coord.glob("deployed-*.json")
         record = json.loads(record_file.read_text())
         assert record["label"] == "free"
-        assert record["token"] == held.token + 1
+        assert record["token"] > held.token
         assert record["meta"]["deployment_id"] == str(deployment_id)
         assert record["meta"]["flow_run_id"] == str(free.id)
         assert record["meta"]["pid"] != os.getpid() and record["meta"]["pid"] != server.pid

@@ -34,11 +34,13 @@ def test_per_tenant_leases(lease_url: str) -> None:
 
 def test_fenced_write_refuses_a_stale_token(lease_url: str, tmp_path: Path) -> None:
     db = str(tmp_path / "ledger.db")
-    assert fenced_write.write_ledger(db) == 1
-    assert fenced_write.write_ledger(db) == 2
+    first = fenced_write.write_ledger(db)
+    second = fenced_write.write_ledger(db)
+    assert second > first  # tokens rise (floored by the store's clock, not +1)
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("BEGIN IMMEDIATE")
-    with pytest.raises(StaleToken):  # a holder of token 1 waking up late
-        fenced_write.FENCE.check(conn, "ledger", 1)
+    with pytest.raises(StaleToken):  # the first run's holder waking up late
+        fenced_write.FENCE.check(conn, "ledger", first)
     conn.execute("ROLLBACK")
-    assert conn.execute("SELECT token FROM ledger ORDER BY token").fetchall() == [(1,), (2,)]
+    assert conn.execute("SELECT token FROM ledger ORDER BY token").fetchall() == [(first,),
+                                                                                  (second,)]

@@ -160,7 +160,7 @@ def test_sigkilled_holder_is_taken_over_after_its_ttl(
     assert before.holder == held["holder"]
 
     result = ff.long_sync_waiter()  # on_busy="wait": gets the lease once it expires
-    assert result["token"] == held["token"] + 1
+    assert result["token"] > held["token"]
     assert result["holder"] != held["holder"]
     after = store.get("long-sync")
     assert after is not None and after.acquired_at is not None and before.expires_at is not None
