@@ -67,6 +67,22 @@ ensure_prefect_oldest_env() {
   _ensure_extra_env .venv-prefect-min "$PY311" "prefect" -c constraints/prefect-oldest.txt "${SMOKE_TOOLS[@]}"
 }
 
+# Airflow 2.11 as its users install it: the newest 2.11 patch with the
+# dependencies that existed a few days after its release (uv's --exclude-newer
+# gives the world of that release's constraints file, which cannot be fetched
+# here). 2.11.2 was published on 2026-03-14 (found by resolving it with
+# decreasing dates). Its SQLAlchemy 1.4 rules out the [test] extra (SQLAlchemy 2),
+# so the test tools are listed here; psycopg2 is the PostgreSQL driver of
+# SQLAlchemy 1.4, for the real-scheduler tests' metadata DB.
+AIRFLOW_2_DAY=2026-03-17
+AIRFLOW_2_TOOLS=("pytest>=8" "pytest-timeout>=2.3" "httpx>=0.27" "websockets>=12"
+  "redis>=5.0" "psycopg[binary]>=3.2.1" "pymongo>=4.6" "psycopg2-binary>=2.9")
+ensure_airflow_2_env() {
+  ensure_core_env
+  _ensure_extra_env .venv-airflow-2.11 "$PY311" "airflow" "apache-airflow==2.11.*" \
+    --exclude-newer "$AIRFLOW_2_DAY" "${AIRFLOW_2_TOOLS[@]}"
+}
+
 # The oldest store clients the extras allow (redis, psycopg and pymongo at their
 # floors in pyproject.toml), pinned by constraints/stores-oldest.txt, with the
 # [test] extra for the store tests. On Python 3.10, the oldest the project
