@@ -19,6 +19,7 @@ ensure_spin
 ensure_browser
 ensure_mongo_env
 ensure_airflow_env
+ensure_airflow_2_env
 ensure_prefect_env
 ensure_airflow_oldest_env
 ensure_prefect_oldest_env
@@ -43,6 +44,11 @@ phase() {  # name, command...  (queued; run below)
 
 # Longest first, so the two slots stay busy to the end.
 phase "airflow" .venv-airflow/bin/pytest "${PY[@]}" --durations=10 tests/airflow "$@"
+# Airflow 2.11 as installed (its newest patch, the dependencies of AIRFLOW_2_DAY):
+# the whole Airflow suite, dag.test() and the real scheduler (scheduler,
+# triggerer, webserver; LocalTaskJob and the standard task runner).
+phase "airflow 2.11 (dependencies of $AIRFLOW_2_DAY)" .venv-airflow-2.11/bin/pytest "${PY[@]}" \
+  --durations=10 tests/airflow "$@"
 # The core env's tests in two phases of similar length: the slow fault, race
 # and stateful tests (real server restarts, many processes) beside the rest.
 SLOW_CORE=(tests/faults tests/race tests/safety tests/stateful)  # this order: safety imports its conftest by name

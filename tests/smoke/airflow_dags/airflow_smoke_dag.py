@@ -12,7 +12,10 @@ import json
 import os
 from typing import Any
 
-from airflow.sdk import dag, task
+try:  # Airflow 3
+    from airflow.sdk import dag, task
+except ImportError:  # Airflow 2.11
+    from airflow.decorators import dag, task
 
 from lease_integrations.airflow import LeasedPythonOperator
 
