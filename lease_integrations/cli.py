@@ -208,29 +208,33 @@ def _missing_sqlite_file(url: str) -> Path | None:
     return None if path.exists() else path
 
 
-def airflow_connection_url(conn_id: str) -> str | None:
-    """The store URL of an Airflow Connection, looked up as the Airflow tasks
-    look it up; None (only for the default id, when it is not defined) means
-    the tasks fall back to $LEASE_STORE_URL or the embedded store, and so do we."""
+def airflow_connection_url(conn_id: str) -> str:
+    """The store URL of an Airflow Connection, found wherever Airflow keeps it
+    (``airflow.connections.console_store_url``). A Connection that is not
+    there is an error naming the id, ``lease_default`` too: the tasks would then
+    fall back to $LEASE_STORE_URL or the embedded store, which leasectl cannot
+    see from here, and showing some other store as theirs would mislead."""
     if not conn_id.strip():
         raise ConfigurationError(f"--airflow-conn needs a connection id, got {conn_id!r}")
     try:
-        from .airflow.connections import NoSuchConnection, resolve_store_url
+        from .airflow import _compat  # noqa: F401  (imports Airflow)
     except ImportError as exc:
         raise ConfigurationError(
             f"--airflow-conn {conn_id!r} needs Airflow installed in this environment "
             f"(pip install 'lease_integrations[airflow]'): {exc}") from None
+    from .airflow.connections import NoSuchConnection, console_store_url
+
     try:
-        return resolve_store_url(conn_id)
-    except NoSuchConnection:
+        return console_store_url(conn_id)
+    except NoSuchConnection as missing:
+        where = ", ".join(missing.searched) or "no secrets backend"
+        failed = f"; {'; '.join(missing.failures)}" if missing.failures else ""
+        fallback = (" (the tasks then use $LEASE_STORE_URL or the embedded store: give that "
+                    "store with --url)" if conn_id == AIRFLOW_DEFAULT_CONN else "")
         raise ConfigurationError(
-            f"--airflow-conn {conn_id!r}: no such Airflow connection in this Airflow "
-            f"(AIRFLOW_HOME, AIRFLOW_CONN_* variables, secrets backend); check the id, or "
-            f"leave --airflow-conn out to use --url or $LEASE_STORE_URL") from None
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"--airflow-conn {conn_id!r} needs Airflow installed in this environment "
-            f"(pip install 'lease_integrations[airflow]'): {exc}") from None
+            f"--airflow-conn {conn_id!r}: no such Airflow connection{fallback}; looked in "
+            f"{where} (AIRFLOW_HOME={os.environ.get('AIRFLOW_HOME', '~/airflow')}){failed}. "
+            "Check the id and AIRFLOW_HOME, or give the store with --url") from None
 
 
 def prefect_block_url(name: str) -> str:

@@ -3,6 +3,10 @@ the embedded SQLite store, then a crashed holder recovered after its ttl.
 
 Each "run" is a separate process, as it would be under Airflow or Prefect:
 ``python -m lease_integrations.demo job --url URL --run-id NAME``.
+
+The store and the ledger live in a fresh temporary folder, removed at the end
+(the history is printed first, as ``leasectl history`` shows it); ``--keep``
+keeps the folder and says where it is, to look around with ``leasectl``.
 """
 
 from __future__ import annotations
@@ -70,8 +74,24 @@ def _finish(proc: subprocess.Popen[str]) -> int:
     return proc.returncode
 
 
-def main_demo() -> int:
+def main_demo(keep: bool = False) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="lease-demo-"))
+    try:
+        code = _demo(workdir)
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    if keep:
+        print(f"\nKept {workdir} (--keep); look around with:  {_leasectl()} --url "
+              f"sqlite://{workdir / 'leases.db'} list\nand remove the folder when done.")
+    else:
+        print(f"\nRemoved the demo's folder {workdir} (--keep keeps it, to try leasectl on it).")
+    return code
+
+
+def _demo(workdir: Path) -> int:
+    from .cli import main as leasectl
+
     url = f"sqlite://{workdir / 'leases.db'}"
     ledger = str(workdir / "billing.db")
     with sqlite3.connect(ledger) as conn:
@@ -108,7 +128,8 @@ def main_demo() -> int:
     with sqlite3.connect(ledger) as conn:
         rows = conn.execute("SELECT token, run_id FROM invoices ORDER BY rowid").fetchall()
     print("\nInvoices table (token, run):", rows)
-    print(f"Inspect the store yourself:  {_leasectl()} --url {url} history {KEY}")
+    print(f"\nWhat `leasectl history {KEY}` shows of it:", flush=True)
+    leasectl(["--url", url, "history", KEY])
     return 0
 
 
@@ -131,10 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--seconds", type=float, default=1.0)
     run.add_argument("--ledger", required=True)
     run.add_argument("--wait", type=float, default=0.0)
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the demo's temporary folder (store and ledger) for leasectl")
     args = parser.parse_args(argv)
     if args.command == "job":
         return job(args.url, args.run_id, args.seconds, args.ledger, args.wait)
-    return main_demo()
+    return main_demo(keep=args.keep)
 
 
 if __name__ == "__main__":

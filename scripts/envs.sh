@@ -46,41 +46,44 @@ ensure_compat_env() {  # version (3.10, 3.12, 3.13): the core on every supported
 ensure_airflow_env() { ensure_core_env; _ensure_extra_env .venv-airflow "$PY311" "airflow,test"; }
 ensure_prefect_env() { ensure_core_env; _ensure_extra_env .venv-prefect "$PY311" "prefect,test"; }
 
-# The oldest releases the extras allow (the floors in pyproject.toml), for the
-# smoke phase; see docs/development.md#support-matrix. Each is installed with its
-# phase's constraints file (constraints/*-oldest.txt): the release pin and what
-# that release needs but does not declare (FastAPI ceilings). Those pins never go
-# into the extras. Only pytest beside them: the [test] extra brings SQLAlchemy 2
-# and store clients the smoke test does not use.
-_pinned() {  # constraints file, distribution: the version the file pins
-  sed -n "s/^$2==\([^ ;#]*\).*/\1/p" "$1"
-}
-AIRFLOW_OLDEST="$(_pinned constraints/airflow-oldest.txt apache-airflow)"
-PREFECT_OLDEST="$(_pinned constraints/prefect-oldest.txt prefect)"
+# One environment per admitted Airflow and Prefect minor, installed as its users
+# install it: its newest patch with the dependencies that existed a few days
+# after that patch's upload (`uv pip install --exclude-newer DAY`, the same world
+# as the release's own constraints file), no hand pins. The patches and days are
+# in constraints/release-days.txt (how each day was found: its header). Only
+# pytest beside them: the [test] extra brings SQLAlchemy 2 and store clients the
+# smoke tests do not use.
+RELEASE_DAYS=constraints/release-days.txt
 SMOKE_TOOLS=("pytest>=8" "pytest-timeout>=2.3")
-ensure_airflow_oldest_env() {
-  ensure_core_env
-  _ensure_extra_env .venv-airflow-min "$PY311" "airflow" -c constraints/airflow-oldest.txt "${SMOKE_TOOLS[@]}"
+# Airflow 2.11's environment also runs the whole Airflow suite (the phase
+# "airflow 2.11"): the test tools beside it, as its SQLAlchemy 1.4 rules out the
+# [test] extra (SQLAlchemy 2); psycopg2 is SQLAlchemy 1.4's PostgreSQL driver,
+# for the real-scheduler tests' metadata DB.
+AIRFLOW_2_TOOLS=("${SMOKE_TOOLS[@]}" "httpx>=0.27" "websockets>=12" "redis>=5.0"
+  "psycopg[binary]>=3.2.1" "pymongo>=4.6" "psycopg2-binary>=2.9")
+minor_lines() {  # "face minor" per line, in the file's order
+  awk '!/^#/ && NF { print $1, $2 }' "$RELEASE_DAYS"
 }
-ensure_prefect_oldest_env() {
+minor_field() {  # face minor field (3 = requirement, 5 = day)
+  awk -v face="$1" -v minor="$2" -v n="$3" '$1 == face && $2 == minor { print $n }' "$RELEASE_DAYS"
+}
+minor_env() { echo ".venv-$1-$2"; }  # face minor
+ensure_minor_env() {  # face minor
+  local req day
+  local tools=("${SMOKE_TOOLS[@]}")
+  [ "$1 $2" != "airflow 2.11" ] || tools=("${AIRFLOW_2_TOOLS[@]}")
+  req="$(minor_field "$1" "$2" 3)"; day="$(minor_field "$1" "$2" 5)"
+  [ -n "$day" ] || { echo "$RELEASE_DAYS has no line for $1 $2" >&2; return 1; }
   ensure_core_env
-  _ensure_extra_env .venv-prefect-min "$PY311" "prefect" -c constraints/prefect-oldest.txt "${SMOKE_TOOLS[@]}"
+  _ensure_extra_env "$(minor_env "$1" "$2")" "$PY311" "$1" --exclude-newer "$day" "$req" "${tools[@]}"
+}
+ensure_minor_envs() {  # every line of the file
+  local face minor
+  while read -r face minor; do ensure_minor_env "$face" "$minor" </dev/null || return; done < <(minor_lines)
 }
 
-# Airflow 2.11 as its users install it: the newest 2.11 patch with the
-# dependencies that existed a few days after its release (uv's --exclude-newer
-# gives the world of that release's constraints file, which cannot be fetched
-# here). 2.11.2 was published on 2026-03-14 (found by resolving it with
-# decreasing dates). Its SQLAlchemy 1.4 rules out the [test] extra (SQLAlchemy 2),
-# so the test tools are listed here; psycopg2 is the PostgreSQL driver of
-# SQLAlchemy 1.4, for the real-scheduler tests' metadata DB.
-AIRFLOW_2_DAY=2026-03-17
-AIRFLOW_2_TOOLS=("pytest>=8" "pytest-timeout>=2.3" "httpx>=0.27" "websockets>=12"
-  "redis>=5.0" "psycopg[binary]>=3.2.1" "pymongo>=4.6" "psycopg2-binary>=2.9")
-ensure_airflow_2_env() {
-  ensure_core_env
-  _ensure_extra_env .venv-airflow-2.11 "$PY311" "airflow" "apache-airflow==2.11.*" \
-    --exclude-newer "$AIRFLOW_2_DAY" "${AIRFLOW_2_TOOLS[@]}"
+_pinned() {  # constraints file, distribution: the version the file pins
+  sed -n "s/^$2==\([^ ;#]*\).*/\1/p" "$1"
 }
 
 # The oldest store clients the extras allow (redis, psycopg and pymongo at their

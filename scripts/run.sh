@@ -31,7 +31,7 @@ case "$cmd" in
     case "${1:-all}" in
       all)
         ensure_core_env; ensure_servers; ensure_browser; ensure_mongo_env; ensure_airflow_env; ensure_prefect_env
-        ensure_airflow_oldest_env; ensure_prefect_oldest_env; ensure_docs_env
+        ensure_minor_envs; ensure_docs_env
         ;;
       airflow) ensure_airflow_env; echo "Airflow environment: .venv-airflow (.venv-airflow/bin/airflow)" >&2 ;;
       prefect) ensure_prefect_env; echo "Prefect environment: .venv-prefect (.venv-prefect/bin/prefect)" >&2 ;;

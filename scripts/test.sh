@@ -4,10 +4,11 @@
 # free ports, stopped at the end), so independent phases run side by side:
 # $LEASE_TEST_JOBS at a time (default 2, one per core of the CI machine kind).
 # Airflow and Prefect cannot share one environment at their latest releases
-# (docs/development.md), so each has its own; the oldest supported releases
-# get a smoke phase each, installed with that phase's constraints file
-# (constraints/*-oldest.txt: the release pin and the FastAPI ceiling it needs),
-# and the store tests run once more on the oldest store clients.
+# (docs/development.md), so each has its own at its newest release for the full
+# suites; every admitted minor of each gets a smoke phase in an environment of
+# its own, installed as its users install it (its newest patch with the
+# dependencies of that patch's release days, constraints/release-days.txt); and
+# the store tests run once more on the oldest store clients.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -19,10 +20,8 @@ ensure_spin
 ensure_browser
 ensure_mongo_env
 ensure_airflow_env
-ensure_airflow_2_env
 ensure_prefect_env
-ensure_airflow_oldest_env
-ensure_prefect_oldest_env
+ensure_minor_envs
 ensure_stores_oldest_env
 ensure_docs_env
 for v in 3.10 3.12 3.13; do ensure_compat_env "$v"; done
@@ -44,11 +43,11 @@ phase() {  # name, command...  (queued; run below)
 
 # Longest first, so the two slots stay busy to the end.
 phase "airflow" .venv-airflow/bin/pytest "${PY[@]}" --durations=10 tests/airflow "$@"
-# Airflow 2.11 as installed (its newest patch, the dependencies of AIRFLOW_2_DAY):
-# the whole Airflow suite, dag.test() and the real scheduler (scheduler,
-# triggerer, webserver; LocalTaskJob and the standard task runner).
-phase "airflow 2.11 (dependencies of $AIRFLOW_2_DAY)" .venv-airflow-2.11/bin/pytest "${PY[@]}" \
-  --durations=10 tests/airflow "$@"
+# Airflow 2.11 as installed (its line in constraints/release-days.txt): the whole
+# Airflow suite, dag.test() and the real scheduler (scheduler, triggerer,
+# webserver; LocalTaskJob and the standard task runner).
+phase "airflow 2.11 ($(minor_field airflow 2.11 3) as installed on $(minor_field airflow 2.11 5))" \
+  "$(minor_env airflow 2.11)/bin/pytest" "${PY[@]}" --durations=10 tests/airflow "$@"
 # The core env's tests in two phases of similar length: the slow fault, race
 # and stateful tests (real server restarts, many processes) beside the rest.
 SLOW_CORE=(tests/faults tests/race tests/safety tests/stateful)  # this order: safety imports its conftest by name
@@ -58,13 +57,16 @@ phase "core, stores and console" .venv/bin/pytest "${PY[@]}" --durations=10 test
   --ignore=tests/packaging "${SLOW_CORE[@]/#/--ignore=}" "$@"
 phase "prefect" .venv-prefect/bin/pytest "${PY[@]}" --durations=10 tests/prefect "$@"
 phase "airflow ui" .venv-airflow/bin/pytest "${PY[@]}" --durations=5 tests/airflow_ui "$@"
-phase "smoke: oldest airflow ($AIRFLOW_OLDEST)" .venv-airflow-min/bin/pytest "${PY[@]}" tests/smoke/test_airflow_smoke.py "$@"
-phase "smoke: oldest prefect ($PREFECT_OLDEST)" .venv-prefect-min/bin/pytest "${PY[@]}" tests/smoke/test_prefect_smoke.py "$@"
 # The store tests on the oldest redis, psycopg and pymongo the extras admit.
 phase "stores on their oldest clients ($STORES_OLDEST)" .venv-stores-min/bin/pytest "${PY[@]}" \
   --durations=5 tests/stores tests/conformance tests/upgrade "$@"
-phase "smoke: newest airflow" .venv-airflow/bin/pytest "${PY[@]}" tests/smoke/test_airflow_smoke.py "$@"
-phase "smoke: newest prefect" .venv-prefect/bin/pytest "${PY[@]}" tests/smoke/test_prefect_smoke.py "$@"
+# A smoke phase per admitted minor (a line of constraints/release-days.txt), each
+# in its own environment (scripts/envs.sh ensure_minor_env), in the file's order.
+# Another minor is one more line there.
+while read -r face minor; do
+  phase "smoke: $face $minor ($(minor_field "$face" "$minor" 3) as installed on $(minor_field "$face" "$minor" 5))" \
+    "$(minor_env "$face" "$minor")/bin/pytest" "${PY[@]}" "tests/smoke/test_${face}_smoke.py" "$@"
+done < <(minor_lines)
 phase "wheel and sdist" .venv/bin/pytest "${PY[@]}" tests/packaging "$@"
 for v in 3.10 3.12 3.13; do
   phase "core on Python $v" ".venv-py$v/bin/pytest" "${PY[@]}" tests/core tests/conformance \

@@ -14,6 +14,8 @@ deprecation warning.
   ``airflow.operators.python`` (or the standard provider, when installed).
 - Airflow 3.2 made ``airflow.sdk.exceptions`` the home of the task-facing
   exceptions; 3.0, 3.1 and 2.11 have them in ``airflow.exceptions``.
+- The secrets backends a console process (``leasectl``) searches, and 3.3's
+  access-denied answer from one.
 """
 
 from __future__ import annotations
@@ -137,7 +139,25 @@ def run_states(dag_id: str, run_id: str) -> tuple[str, dict[str, str]] | None:
     return str(getattr(run_state, "value", run_state)), tasks
 
 
+try:  # Airflow >= 3.3: a backend's "no" that must not fall through to the next one
+    from airflow.sdk.exceptions import AirflowSecretsBackendAccessDenied
+
+    ACCESS_DENIED: tuple[type[BaseException], ...] = (AirflowSecretsBackendAccessDenied,)
+except ImportError:  # older releases have no such answer
+    ACCESS_DENIED = ()
+
+
+def secrets_backends() -> list[Any]:
+    """Airflow's secrets backends for a process that is not a task, in its search
+    order: a configured backend, ``AIRFLOW_CONN_*``, the metadata database
+    (the same function and order on 2.11 and 3.x)."""
+    from airflow.configuration import ensure_secrets_loaded
+
+    return list(ensure_secrets_loaded())
+
+
 __all__ = [
+    "ACCESS_DENIED",
     "AIRFLOW_3",
     "AirflowNotFoundException",
     "AirflowSkipException",
@@ -151,5 +171,6 @@ __all__ = [
     "get_connection_async",
     "in_dag_test",
     "run_states",
+    "secrets_backends",
     "task_decorator_factory",
 ]

@@ -11,6 +11,7 @@ honours every secrets backend Airflow does.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any, Protocol
@@ -164,6 +165,43 @@ async def resolve_store_url_async(conn_id: str) -> str | None:
     return store_url_from_connection(conn)
 
 
+def console_store_url(conn_id: str) -> str:
+    """The store URL of Connection ``conn_id`` for a process that is not a task
+    (``leasectl``), asked of each secrets backend in Airflow's order (a
+    configured backend, ``AIRFLOW_CONN_*``, the metadata database). Outside a
+    task the Task SDK's ``Connection.get`` reads the environment alone, so a
+    Connection made with ``airflow connections add`` looked undefined and the
+    console read the default store instead. Never None: a console that cannot
+    find the Connection says so (``NoSuchConnection``, with where it looked
+    and which backend failed) rather than guess a store."""
+    from ._compat import ACCESS_DENIED, secrets_backends
+
+    searched: list[str] = []
+    failures: list[str] = []
+    for backend in secrets_backends():
+        name = type(backend).__name__
+        searched.append(name)
+        try:
+            conn = backend.get_connection(conn_id=conn_id)
+        except ACCESS_DENIED:
+            raise
+        except Exception as exc:  # Airflow, too, goes on to the next backend
+            failures.append(f"{name} failed ({_first_line(exc)})")
+            continue
+        if conn is not None:
+            return store_url_from_connection(conn)
+    raise NoSuchConnection(conn_id, searched=tuple(searched), failures=tuple(failures))
+
+
+_CREDENTIALS = re.compile(r"(\w[\w+.-]*://)[^\s/@]*@")
+
+
+def _first_line(exc: BaseException) -> str:
+    """A backend's error, short, with any ``scheme://user:pass@`` masked."""
+    line = _CREDENTIALS.sub(r"\1***@", (str(exc).strip().splitlines() or [""])[0][:200])
+    return f"{type(exc).__name__}: {line}"
+
+
 def _check_default(conn_id: str) -> None:
     if conn_id == DEFAULT_CONN_ID:
         from .default_store import refuse_per_host_default
@@ -178,12 +216,17 @@ class NoSuchConnection(ConfigurationError):
     message names the operator's parameter; ``leasectl --airflow-conn``
     catches it and names its flag instead (``conn_id``)."""
 
-    def __init__(self, conn_id: str) -> None:
+    def __init__(self, conn_id: str, *, searched: tuple[str, ...] = (),
+                 failures: tuple[str, ...] = ()) -> None:
         super().__init__(
             f"lease_conn_id={conn_id!r}: no such Airflow connection (define it, or leave "
             f"lease_conn_id at {DEFAULT_CONN_ID!r} to use $LEASE_STORE_URL or the embedded "
             "store)")
         self.conn_id = conn_id
+        #: The secrets backends asked, and those that failed (``console_store_url``).
+        self.searched = searched
+        self.failures = failures
 
-    def __reduce__(self) -> tuple[type[NoSuchConnection], tuple[str]]:
-        return type(self), (self.conn_id,)  # Airflow pickles a failed try's exception
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Airflow pickles a failed try's exception.
+        return type(self), (self.conn_id,), self.__dict__

@@ -85,12 +85,14 @@ def timeline(events: Sequence[LeaseEvent]) -> list[str]:
             taken = took_over(event)
             if taken is not None:  # the old lease ended here: it expired while held
                 old, old_holder = taken
+                # Grant to takeover is all the events tell: the holder may have
+                # died at any point of it, so no "held" span is claimed.
                 began = granted.get(old) if old is not None else None
-                was = f", held {span((at - began).total_seconds())}" if began else ""
+                was = f"{span((at - began).total_seconds())} from its grant " if began else ""
                 lines.append(f"{at.strftime('%H:%M:%S.%f')[:-3]}  "
                              f"#{old if old is not None else '?':<4} {MARKS['expired']} "
-                             f"EXPIRED: {short_holder(old_holder)} never released{was}; "
-                             f"taken over by #{event.token}")
+                             f"EXPIRED: {short_holder(old_holder)} never released; "
+                             f"{was}until taken over by #{event.token}")
             granted[event.token] = at
             about = meta_summary(event.detail.get("meta") or {})
             text = f"granted to {who}" + (f" ({about})" if about else "")

@@ -35,12 +35,12 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from .clock import now
 from .descendants import descendants, end_frozen, freeze
 
 if TYPE_CHECKING:
@@ -53,6 +53,11 @@ log = logging.getLogger("lease_integrations")
 LEASE_LOST_EXIT_STATUS = 75
 #: The ladder ends within this share of the margin after the trust window closed.
 STOP_SHARE = 0.8
+#: With a keeper: the job's own steps end, and the keeper's hard stop begins,
+#: this share of the margin (less ``grace``) after the window closed; the
+#: keeper's walk of the tree then has a tenth of the margin, the descendants
+#: their ``grace``, so all is gone by ``STOP_SHARE``.
+KEEPER_STOP_BEGINS = 0.7
 
 _hooks: list[Callable[[], object]] = []
 _hooks_lock = threading.Lock()
@@ -81,12 +86,15 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
     if a ``Future``, it gets the ladder's first slot of time."""
     if not _stopping.acquire(blocking=False):
         threading.Event().wait()  # another loss is ending the process already
-    budget = STOP_SHARE * lease.margin
-    deadline = time.monotonic() + max(0.0, budget - lease.grace)
     # The job's threads run on meanwhile: one that ends the interpreter (the
     # block's LeaseLost escaping main, or a stop hook that made execute
     # return) must wait for the ladder, which ends the process itself.
     atexit.register(threading.Event().wait)
+    keeper = lease.kept_by if getattr(lease.kept_by, "end_tree", None) else None
+    if keeper is not None and keeper.alive():
+        _stop_with_keeper(lease, callbacks, keeper)
+    budget = STOP_SHARE * lease.margin
+    deadline = now() + max(0.0, budget - lease.grace)
     started_with = descendants()  # a stop hook may orphan some (BashOperator's on_kill)
     try:
         _steps_before_the_kill(lease, callbacks, started, deadline)
@@ -101,8 +109,24 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
         os._exit(LEASE_LOST_EXIT_STATUS)
 
 
+def _stop_with_keeper(lease: Lease, callbacks: list[LostCallback], keeper: Any) -> NoReturn:
+    """The ladder of a job whose keeper is alive: the steps only the job
+    can take, until the keeper's ``stop_at``; then the keeper freezes every
+    process the job started, and ends them once the job has exited. If the
+    job is too slow for any of it (a call that keeps the GIL), the keeper
+    stops it all at ``stop_at`` anyway: nothing here can delay that."""
+    deadline = lease.stop_at if lease.stop_at is not None else (
+        min(now(), lease.trusted_until) + KEEPER_STOP_BEGINS * lease.margin - lease.grace)
+    try:
+        started_with = descendants()  # a stop hook may orphan some (BashOperator's on_kill)
+        _steps_before_the_kill(lease, callbacks, None, deadline, release_kept=False)
+        keeper.end_tree(deadline, started_with)
+    finally:
+        os._exit(LEASE_LOST_EXIT_STATUS)
+
+
 def _steps_before_the_kill(lease: Lease, callbacks: list[LostCallback], started: object,
-                           deadline: float) -> None:
+                           deadline: float, *, release_kept: bool = True) -> None:
     """Steps 1-4, each bounded. Nothing here may keep the tree from being
     frozen and ended: whatever goes wrong is logged and the ladder goes on."""
     try:
@@ -113,8 +137,8 @@ def _steps_before_the_kill(lease: Lease, callbacks: list[LostCallback], started:
                    "lease_token": lease.token, "lease_holder": lease.holder})
         _flush()
         if isinstance(started, Future):  # a quarter at most: the store may be why we lost it
-            now = time.monotonic()
-            _bounded(started.result, now + max(0.0, deadline - now) / 4,
+            at = now()
+            _bounded(started.result, at + max(0.0, deadline - at) / 4,
                      "recording the loss in the store's history")
         for callback in callbacks:
             _bounded(functools.partial(callback, lease), deadline,
@@ -123,7 +147,8 @@ def _steps_before_the_kill(lease: Lease, callbacks: list[LostCallback], started:
             hooks = list(reversed(_hooks))
         for hook in hooks:
             _bounded(hook, deadline, f"stop hook {hook!r}")
-        _bounded(lambda: _release_others(lease), deadline, "releasing the other leases")
+        _bounded(lambda: _release_others(lease, kept=release_kept), deadline,
+                 "releasing the other leases")
     except BaseException:
         log.exception("fail-stop: a step before the kill failed; ending the process tree anyway")
 
@@ -152,7 +177,7 @@ def release_on_sigterm() -> None:
 
 def _on_sigterm(signum: int, frame: object) -> None:
     log.warning("SIGTERM: giving back this process's leases, then ending as SIGTERM does")
-    _bounded(lambda: _release_others(None), time.monotonic() + SIGTERM_RELEASE_TIMEOUT,
+    _bounded(lambda: _release_others(None), now() + SIGTERM_RELEASE_TIMEOUT,
              "releasing the leases on SIGTERM")
     _flush()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -162,7 +187,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
 def _bounded(step: Callable[[], object], deadline: float, what: str) -> None:
     """Run ``step`` on its own thread and wait for it until ``deadline``: a
     hung callback or store must not keep the process alive past its lease."""
-    remaining = deadline - time.monotonic()
+    remaining = deadline - now()
     if remaining <= 0:
         log.error("fail-stop: no time left for %s; skipped", what)
         return
@@ -184,14 +209,20 @@ def _bounded(step: Callable[[], object], deadline: float, what: str) -> None:
         log.error("fail-stop: %s did not finish in time; going on", what)
 
 
-def _release_others(lost: Lease | None) -> None:
+def _release_others(lost: Lease | None, *, kept: bool = True) -> None:
     """Give back every other lease this process holds, in parallel: they are
-    healthy, and their next holders need not wait out their ttls."""
+    healthy, and their next holders need not wait out their ttls. Each is
+    taken from what renews it first (the keeper must not see its release as
+    a refusal). ``kept=False`` leaves the keeper's leases to the keeper,
+    which gives them back itself once the job's processes are gone."""
     from .heartbeat import get_heartbeat
+    from .keeper_client import get_keeper
 
+    held = get_heartbeat().held() + (get_keeper().held() if kept else [])
     threads = []
-    for lease, store in get_heartbeat().held():
+    for lease, store in held:
         if lease is not lost and lease.pid == os.getpid():
+            lease.kept_by.remove(lease)
             thread = threading.Thread(target=store.release,
                                       args=(lease.key, lease.secret, lease.token), daemon=True)
             thread.start()

@@ -14,12 +14,11 @@ import logging
 import os
 import random
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from . import metrics
+from .clock import now
 from .errors import StoreUnavailable
 from .lease import Lease
 from .store import LeaseStore
@@ -49,6 +48,11 @@ class _Entry:
     active: bool = True
     failures: int = 0
     last_error: str = ""
+    #: Told of each renewal (a lease the keeper will keep: it must count ours).
+    on_renewed: Callable[[Lease, float], None] | None = None
+    #: Whether a loss found here goes into the store's history (the keeper
+    #: records the losses of leases it keeps).
+    records_loss: bool = True
 
 
 class Heartbeat:
@@ -75,11 +79,16 @@ class Heartbeat:
         self.renew_failures = 0
 
     # -- registration -------------------------------------------------------
-    def add(self, lease: Lease, store: LeaseStore, interval: float) -> None:
-        entry = _Entry(lease, store, interval, retry_delay=max(0.02, min(interval / 4, 1.0)))
+    def add(self, lease: Lease, store: LeaseStore, interval: float, *, armed: bool = False,
+            due: float | None = None, on_renewed: Callable[[Lease, float], None] | None = None,
+            records_loss: bool = True) -> None:
+        """Renew ``lease`` every ``interval``, first at ``due`` (default: one
+        interval from now). ``armed`` is the keeper's business, not ours."""
+        entry = _Entry(lease, store, interval, retry_delay=max(0.02, min(interval / 4, 1.0)),
+                       on_renewed=on_renewed, records_loss=records_loss)
         with self._lock:
             self._entries[id(lease)] = entry
-            due = time.monotonic() + interval
+            due = now() + interval if due is None else due
             self._push(due, "renew", entry)
             self._push(lease.trusted_until, "deadline", entry)
             self._ensure_started()
@@ -133,7 +142,7 @@ class Heartbeat:
                         self._wake_at = float("-inf")
                         continue
                     when, _, kind, entry = self._heap[0]
-                    delay = when - time.monotonic()
+                    delay = when - now()
                     if delay > 0:
                         self._wake_at = when
                         self._cond.wait(delay)
@@ -164,7 +173,7 @@ class Heartbeat:
         batch, seen = [first], {id(first)}
         if not first.store.batch_renewals:
             return batch  # no batch form: parallel single renewals on the pool are faster
-        horizon = time.monotonic() + min(BATCH_WINDOW, first.interval / 10)
+        horizon = now() + min(BATCH_WINDOW, first.interval / 10)
         aside: list[tuple[float, int, str, _Entry]] = []
         while self._heap and len(batch) < BATCH_MAX and self._heap[0][0] <= horizon:
             item = heapq.heappop(self._heap)
@@ -187,7 +196,7 @@ class Heartbeat:
         with self._cond:
             entry.in_flight = 0.0
             if entry.active:
-                self._push(time.monotonic() + entry.retry_delay, kind, entry)
+                self._push(now() + entry.retry_delay, kind, entry)
                 self._cond.notify()
 
     def _past_deadline(self, first: _Entry) -> list[_Entry]:
@@ -195,17 +204,17 @@ class Heartbeat:
         the condition (leases renewed in one batch share their deadline): a
         lease renewed since its deadline was queued gets the new one queued;
         the leases whose window has closed are returned, to be lost."""
-        now = time.monotonic()
+        at = now()
         closed, entry = [], first
         while True:
             if entry.active:
-                if now < entry.lease.trusted_until:
+                if at < entry.lease.trusted_until:
                     self._push(entry.lease.trusted_until, "deadline", entry)
                 else:
                     entry.active = False
                     self._entries.pop(id(entry.lease), None)
                     closed.append(entry)
-            if not (self._heap and self._heap[0][2] == "deadline" and self._heap[0][0] <= now):
+            if not (self._heap and self._heap[0][2] == "deadline" and self._heap[0][0] <= at):
                 return closed
             entry = heapq.heappop(self._heap)[3]
 
@@ -213,7 +222,7 @@ class Heartbeat:
         if entry.last_error:
             why = entry.last_error
         elif entry.in_flight:  # a slow store, every worker busy, or started late (a pause)
-            why = f"a renewal had been in flight for {time.monotonic() - entry.in_flight:.2f} s"
+            why = f"a renewal had been in flight for {now() - entry.in_flight:.2f} s"
         else:  # due well before the deadline: the process was starved or paused
             why = "no renewal was in flight"
         self._report_lost(entry, f"no successful renewal within the trust window ({why})")
@@ -221,9 +230,9 @@ class Heartbeat:
     def _start_renewal(self, batch: list[_Entry]) -> None:
         with self._cond:
             ready = [e for e in batch if not e.in_flight and e.active]
-            now = time.monotonic()
+            at = now()
             for e in ready:
-                e.in_flight = now
+                e.in_flight = at
         if ready and self._submit(self._renew, ready) is None:
             with self._cond:
                 for e in ready:
@@ -241,7 +250,7 @@ class Heartbeat:
         a refused renewal loses only that lease, an error for the call (or
         None, no verdict, for one lease) is a transient failure of each lease
         concerned (retried until its own trust window closes)."""
-        started = time.monotonic()
+        started = now()
         outcomes: list[bool | None]
         try:
             if len(batch) == 1:
@@ -269,6 +278,9 @@ class Heartbeat:
                         entry.lease.renewed(started)
                         self._push(started + entry.interval, "renew", entry)
                 self._cond.notify()
+            for entry in renewed:  # outside our lock: the hook takes the keeper's
+                if entry.on_renewed is not None:
+                    entry.on_renewed(entry.lease, started)
         for entry, outcome in zip(batch, outcomes):
             if outcome is None:  # no verdict for this lease alone (a Cluster node failed)
                 why = StoreUnavailable("the store gave no verdict for this renewal",
@@ -285,13 +297,7 @@ class Heartbeat:
         if exc is not None:
             entry.last_error = error
             self.renew_failures += 1
-            metrics.renew_failed(lease.key, exc)
-            log.warning(
-                "renewal of lease %s (token %s) failed, will retry: %s",
-                lease.key, lease.token, entry.last_error,
-                extra={"lease_event": "renew_failed", "lease_key": lease.key,
-                       "lease_token": lease.token, "lease_holder": lease.holder},
-            )
+            lease.renew_failed(error, type(exc).__name__)
         with self._cond:
             entry.in_flight = 0.0
             if not entry.active:
@@ -299,7 +305,7 @@ class Heartbeat:
             if outcome is None:
                 entry.failures += 1
                 jitter = random.uniform(0.5, 1.0)
-                self._push(time.monotonic() + entry.retry_delay * jitter, "renew", entry)
+                self._push(now() + entry.retry_delay * jitter, "renew", entry)
             else:
                 entry.active = False
                 self._entries.pop(id(lease), None)
@@ -323,7 +329,7 @@ class Heartbeat:
         # Recorded off the scheduler thread (the store may be why we lost it),
         # and queued before the callbacks, which may end the process (fail-stop).
         lease.mark_lost(reason, before_callbacks=lambda: self._submit(
-            _record_loss, entry.store, lease, reason))
+            _record_loss, entry.store, lease, reason) if entry.records_loss else None)
 
 
 def _record_loss(store: LeaseStore, lease: Lease, reason: str) -> None:

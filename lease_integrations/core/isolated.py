@@ -9,7 +9,6 @@ import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
-import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -46,16 +45,15 @@ def run_in_subprocess(lock: LeaseLock, target: Callable[..., Any], args: tuple[A
             outcome = receive.recv()
         child.join()
     finally:
-        closed = not lease.released and time.monotonic() >= lease.trusted_until
+        closed = not lease.released and lease.window_closed()
         refused = lock._end(lease, release=True)
         if child.pid is not None and child.exitcode is None:  # the caller was interrupted
             end_frozen(freeze(child.pid), lease.grace)
             child.join()
         receive.close()
     if lease.lost or refused or closed:
-        raise LeaseLost(lease.key, lease.token, lease.lost_reason or (
-            "the store no longer had the lease at release" if refused
-            else "the trust window closed before the child finished"))
+        raise LeaseLost(lease.key, lease.token, lease.lost_reason or refused
+                        or "the trust window closed before the child finished")
     if outcome is None:
         raise RuntimeError(f"the child process for lease {lease.key!r} ended with exit code "
                            f"{child.exitcode} before it returned")

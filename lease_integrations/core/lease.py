@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from . import metrics
+from .clock import now
 from .errors import LeaseLost
 from .record import LeaseRecord
 
@@ -68,7 +68,7 @@ class Lease:
     """A lease this process holds (or held).
 
     The holder trusts the lease only until *start of its last successful
-    renewal attempt + ttl - margin*, measured on ``time.monotonic()``: the
+    renewal attempt + ttl - margin*, measured on ``clock.now()``: the
     store cannot have expired it before then, whatever either wall clock says.
     Past that instant without a renewal the lease is lost *locally*, before the
     store can give it to anyone else.
@@ -106,11 +106,18 @@ class Lease:
         self.lost = LostFlag()
         self.lost_reason: str | None = None
         self.released = False
-        #: ``time.monotonic()`` when the granting attempt started.
+        #: ``now()`` when the granting attempt started.
         self.attempt_started = attempt_started
         self._trusted_until = attempt_started + ttl - margin
         self._callbacks: list[LostCallback] = []
         self._mutex = threading.Lock()
+        #: What renews it: the keeper or the in-process heartbeat (``remove``).
+        self.kept_by: Any = None
+        #: The keeper's id for it, and how to read the keeper's latest word.
+        self.keeper_id = 0
+        self.sync: Callable[[], None] | None = None
+        #: When the keeper stops the job for this loss (its ladder's deadline).
+        self.stop_at: float | None = None
 
     # -- what users read --------------------------------------------------
     @property
@@ -125,16 +132,26 @@ class Lease:
         """Seconds the holder may still count on the lease (0 once lost)."""
         if self.lost.is_set() or self.released:
             return 0.0
-        return max(0.0, self._trusted_until - time.monotonic())
+        return max(0.0, self._trusted_until - now())
 
     def check(self) -> None:
         """Raise ``LeaseLost`` if the lease is lost, or if its trust window has
         closed even though the heartbeat has not noticed yet (a paused process
         wakes up here, not inside its next write)."""
-        if not self.lost.is_set() and not self.released and time.monotonic() >= self._trusted_until:
+        if not self.lost.is_set() and not self.released and self.window_closed():
             self.mark_lost("trust window closed without a successful renewal")
         if self.lost.is_set():
             raise LeaseLost(self.key, self.token, self.lost_reason or "")
+
+    def window_closed(self) -> bool:
+        """Whether the trust window has closed. A job that was too busy to
+        read its keeper's reports reads them first: the keeper may well have
+        renewed the lease meanwhile."""
+        if now() < self._trusted_until:
+            return False
+        if self.sync is not None:
+            self.sync()
+        return now() >= self._trusted_until
 
     def on_lost(self, callback: LostCallback) -> None:
         """Run ``callback(lease)`` once when the lease is lost (at once if it
@@ -177,11 +194,8 @@ class Lease:
             self.lost.set()
             callbacks, self._callbacks = self._callbacks, []
             stop = self.fail_stop and self.pid == os.getpid()
-        log.warning(
-            "lease %s lost (token %s, holder %s): %s", self.key, self.token, self.holder, reason,
-            extra={"lease_event": "lost", "lease_key": self.key, "lease_token": self.token,
-                   "lease_holder": self.holder},
-        )
+        if not stop:  # the ladder's own first line says it, once
+            self._log_loss(reason)
         started = before_callbacks() if before_callbacks is not None else None
         if stop:
             from .failstop import stop_process
@@ -190,6 +204,23 @@ class Lease:
         for callback in callbacks:
             _run_callback(callback, self)
         return True
+
+    def renew_failed(self, error: str, error_type: str) -> None:
+        """A renewal failed and will be retried (counted and logged here, in
+        the holding process, wherever the renewal ran)."""
+        metrics.renew_failed(self.key, error_type)
+        log.warning(
+            "renewal of lease %s (token %s) failed, will retry: %s", self.key, self.token, error,
+            extra={"lease_event": "renew_failed", "lease_key": self.key,
+                   "lease_token": self.token, "lease_holder": self.holder},
+        )
+
+    def _log_loss(self, reason: str) -> None:
+        log.warning(
+            "lease %s lost (token %s, holder %s): %s", self.key, self.token, self.holder, reason,
+            extra={"lease_event": "lost", "lease_key": self.key, "lease_token": self.token,
+                   "lease_holder": self.holder},
+        )
 
     def mark_released(self) -> None:
         with self._mutex:

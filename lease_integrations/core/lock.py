@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from . import metrics
 from .backoff import Backoff
+from .clock import now
 from .errors import (
     ConfigurationError,
     LeaseBusy,
@@ -35,6 +36,7 @@ from .errors import (
 )
 from .failstop import release_on_sigterm
 from .heartbeat import get_heartbeat
+from .keeper_client import get_keeper, keeps
 from .lease import Lease
 from .record import AcquireResult
 from .store import LeaseStore
@@ -121,6 +123,8 @@ class LeaseLock:
         self.meta = validate_meta(meta)
         #: This lock's entry in the enclosing blocks' set (see ``_enter_scope``).
         self._scope = frozenset({(store.url, self.key)})
+        #: Whether the keeper process renews (and enforces) this store's leases.
+        self._kept = keeps(store)
 
     def _validate_margin(self, margin: float | None) -> float:
         if margin is None:
@@ -156,6 +160,10 @@ class LeaseLock:
         """Take the lease. ``wait=0`` raises ``LeaseBusy`` at once if it is
         held, ``wait=None`` waits forever, ``wait=5.0`` waits up to 5 s.
         No policy applies: only a ``hold()`` block is stopped on loss."""
+        return self._acquire(wait, meta, armed=False)
+
+    def _acquire(self, wait: float | None, meta: Mapping[str, Any] | None, *,
+                 armed: bool) -> Lease:
         limit = validate_wait(wait)
         holder, full_meta = self._identity(meta)
         secret = new_secret()
@@ -163,11 +171,11 @@ class LeaseLock:
         backoff: Backoff | None = None  # made on the first busy answer only
         late = False
         while True:
-            started = time.monotonic()
+            started = now()
             result = self.store.acquire(self.key, holder, secret, self.ttl, full_meta)
             if result.granted:
                 if self._answered_in_window(started):
-                    return self._start(result, started, secret)
+                    return self._start(result, started, secret, armed=armed)
                 self._give_back_late(result, started, secret, again=late)
                 late = True
                 continue
@@ -180,9 +188,11 @@ class LeaseLock:
     def release(self, lease: Lease) -> bool:
         """Give the lease back. Only touches the store's record if it still
         carries this lease's holder and token; True when it did."""
-        get_heartbeat().remove(lease)
-        if lease.released or lease.pid != os.getpid():
+        if lease.pid != os.getpid():
             return False  # a forked child never releases its parent's lease
+        (lease.kept_by or get_heartbeat()).remove(lease)  # first: see Keeper.remove
+        if lease.released:
+            return False
         try:
             released = self.store.release(lease.key, lease.secret, lease.token)
         finally:
@@ -203,7 +213,8 @@ class LeaseLock:
         leaves the block running (``lease.lost``, ``lease.check()``). The block
         ends with ``LeaseLost`` whenever the lease was lost, the store refused
         the release or the trust window closed: never as a success."""
-        return Hold(self, lambda: self.acquire(wait, meta=meta), release=True)
+        return Hold(self, lambda: self._acquire(wait, meta, armed=self.on_lost == "exit"),
+                    release=True)
 
     def run_in_subprocess(self, target: Callable[..., Any], args: tuple[Any, ...] = (),
                           kwargs: Mapping[str, Any] | None = None, *,
@@ -224,41 +235,66 @@ class LeaseLock:
         if the store refuses: it is no longer that lease), trust it from that
         attempt's start and keep renewing it on the heartbeat. No policy
         applies: ``hold_adopted`` protects a block."""
-        started = time.monotonic()
+        return self._adopt(token, secret, armed=False)
+
+    def _adopt(self, token: int, secret: str, *, armed: bool) -> Lease:
+        started = now()
         record = self.store.get(self.key) if self.store.renew(
             self.key, secret, token, self.ttl) else None
         if record is None or record.token != token or record.holder is None:
             raise LeaseLost(self.key, token, "the store refused to renew the lease to adopt")
         if not self._answered_in_window(started):
             raise LeaseLost(self.key, token, f"the renewal to adopt answered after "
-                            f"{time.monotonic() - started:.3g} s, past its trust window "
+                            f"{now() - started:.3g} s, past its trust window "
                             f"(ttl - margin = {self.ttl - self.margin:g} s)")
-        return self._start(AcquireResult(True, record), started, secret=secret)
+        return self._start(AcquireResult(True, record), started, secret=secret, armed=armed)
 
     def forget(self, lease: Lease) -> None:
         """Stop renewing ``lease`` and disarm it without releasing it: the
         store keeps it (another process carries on) until its ttl."""
-        get_heartbeat().remove(lease)
+        (lease.kept_by or get_heartbeat()).remove(lease)
         lease.mark_released()  # drops the loss callbacks: nothing fires any more
 
     def hold_adopted(self, token: int, secret: str, *, release: bool = False) -> Hold:
         """``adopt`` for the length of a block, under the lock's ``on_lost``
         policy as in ``hold``; on exit stop renewing and leave the lease in the
-        store (another process keeps it) unless ``release=True``."""
-        return Hold(self, lambda: self.adopt(token, secret), release=release)
+        store (another process keeps it) unless ``release=True``. Without it
+        the lease is renewed once on exit: one broken (and perhaps granted
+        again) during the block ends it with ``LeaseLost``, not as a success."""
+        return Hold(self, lambda: self._adopt(token, secret, armed=self.on_lost == "exit"),
+                    release=release)
 
-    def _end(self, lease: Lease, release: bool) -> bool:
-        """Stop renewing and (unless handing over) release. True when the store
-        refused the release: proof that the lease was lost during the block."""
-        if not release or lease.released:
+    def _end(self, lease: Lease, release: bool) -> str | None:
+        """Stop renewing and release (or, when handing over, confirm the lease
+        is still ours). Returns why the block cannot count as a success, or
+        None: the store refused, or could not be asked. A release that did
+        not reach the store proves nothing: the lease may have been broken
+        and granted to someone else meanwhile, so it is not a success either."""
+        if lease.released:
             self.forget(lease)
-            return False
+            return None
+        if not release:
+            why = None if lease.lost.is_set() else self._confirm(lease)
+            self.forget(lease)
+            return why
         try:
-            return not self.release(lease)
-        except LeaseError as exc:  # unreachable: the ttl is the backstop
+            return None if self.release(lease) else "the store no longer had the lease at release"
+        except LeaseError as exc:  # the ttl frees it; whether it was still ours is unknown
             log.warning("could not release lease %s (token %s): %s; it expires after its ttl",
                         lease.key, lease.token, exc)
-            return False
+            return (f"the release could not be confirmed ({exc}): the lease may have been "
+                    "broken and granted to another holder during the block")
+
+    def _confirm(self, lease: Lease) -> str | None:
+        """An adopted lease left to its other holders: one renewal says
+        whether it is still the lease this block ran under."""
+        try:
+            if self.store.renew(lease.key, lease.secret, lease.token, lease.ttl):
+                return None
+            return "the store refused to confirm the lease at the block's end"
+        except LeaseError as exc:
+            return (f"the lease could not be confirmed at the block's end ({exc}): it may have "
+                    "been broken and granted to another holder during the block")
 
     # -- async -------------------------------------------------------------------
     async def acquire_async(
@@ -266,6 +302,10 @@ class LeaseLock:
     ) -> Lease:
         """``acquire`` for asyncio code: store calls run in a worker thread so
         the event loop keeps running while we wait."""
+        return await self._acquire_async(wait, meta, armed=False)
+
+    async def _acquire_async(self, wait: float | None, meta: Mapping[str, Any] | None, *,
+                             armed: bool) -> Lease:
         limit = validate_wait(wait)
         holder, full_meta = self._identity(meta)
         secret = new_secret()
@@ -273,11 +313,11 @@ class LeaseLock:
         backoff = Backoff()
         late = False
         while True:
-            started = time.monotonic()
+            started = now()
             result = await self._acquire_attempt_async(holder, secret, full_meta)
             if result.granted:
                 if self._answered_in_window(started):
-                    return self._start(result, started, secret)
+                    return self._start(result, started, secret, armed=armed)
                 await asyncio.to_thread(self._give_back_late, result, started, secret, again=late)
                 late = True
                 continue
@@ -321,13 +361,15 @@ class LeaseLock:
         """``hold`` for asyncio code; ``on_lost="cancel"`` cancels the task
         running the block, and again at each later ``await`` until the block
         ends (as Trio's cancel scopes do), which then raises ``LeaseLost``."""
-        return self._held_async(lambda: self.acquire_async(wait, meta=meta), release=True)
+        return self._held_async(
+            lambda: self._acquire_async(wait, meta, armed=self.on_lost == "exit"), release=True)
 
     def hold_adopted_async(
         self, token: int, secret: str, *, release: bool = False
     ) -> AbstractAsyncContextManager[Lease]:
         """``hold_adopted`` for asyncio code."""
-        return self._held_async(lambda: asyncio.to_thread(self.adopt, token, secret),
+        return self._held_async(lambda: asyncio.to_thread(
+            functools.partial(self._adopt, token, secret, armed=self.on_lost == "exit")),
                                 release=release)
 
     @asynccontextmanager
@@ -364,7 +406,7 @@ class LeaseLock:
                            exc: BaseException | None) -> BaseException | None:
         lease.disarm()
         cancelled = canceller is not None and canceller.stop()
-        closed = not lease.released and time.monotonic() >= lease.trusted_until
+        closed = not lease.released and lease.window_closed()
         # The release finishes in its thread whatever happens to this task; a
         # cancel of ours still on its way must not cut the wait for it short.
         ending = asyncio.ensure_future(asyncio.to_thread(self._end, lease, release))
@@ -425,7 +467,7 @@ class LeaseLock:
     def _answered_in_window(self, started: float) -> bool:
         """Whether an answer to an attempt begun at ``started`` came while it
         can still be trusted: the rule a Lease's own trust window keeps."""
-        return time.monotonic() < started + self.ttl - self.margin
+        return now() < started + self.ttl - self.margin
 
     def _give_back_late(self, result: AcquireResult, started: float, secret: str, *,
                         again: bool) -> None:
@@ -438,7 +480,7 @@ class LeaseLock:
         all: an error, not a lease that would be lost on arrival."""
         record = result.record
         assert record is not None
-        took = time.monotonic() - started
+        took = now() - started
         window = self.ttl - self.margin
         try:
             self.store.release(self.key, secret, record.token)
@@ -464,18 +506,23 @@ class LeaseLock:
                                    "lease_holder": busy.holder, "lease_token": busy.token})
         return busy
 
-    def _start(self, result: AcquireResult, started: float, secret: str) -> Lease:
+    def _start(self, result: AcquireResult, started: float, secret: str, *,
+               armed: bool = False) -> Lease:
+        """The granted lease, handed to what renews it: the keeper (with
+        ``armed``: a fail-stop block will run under it) or this process's
+        heartbeat."""
         assert result.record is not None
         lease = Lease(result.record, ttl=self.ttl, margin=self.margin, attempt_started=started,
                       secret=secret, grace=self.grace)
-        metrics.acquired(lease, time.monotonic() - started)
+        metrics.acquired(lease, now() - started)
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "acquired lease %s (token %s) as %s", lease.key, lease.token, lease.holder,
                 extra={"lease_event": "acquire", "lease_key": lease.key,
                        "lease_token": lease.token, "lease_holder": lease.holder},
             )
-        get_heartbeat().add(lease, self.store, self.heartbeat)
+        lease.kept_by = get_keeper() if self._kept else get_heartbeat()
+        lease.kept_by.add(lease, self.store, self.heartbeat, armed=armed)
         return lease
 
 
@@ -513,7 +560,7 @@ class Hold:
         if lease.pid != os.getpid():
             return False  # a forked child leaving the block: the lease is its parent's
         lease.disarm()
-        closed = not lease.released and time.monotonic() >= lease.trusted_until
+        closed = not lease.released and lease.window_closed()
         refused = self.lock._end(lease, self._release)
         error = verdict(lease, exc, refused=refused, closed=closed)
         if error is not None:
@@ -564,14 +611,13 @@ class Canceller:
         return self.task.cancelling() > 0
 
 
-def verdict(lease: Lease, exc: BaseException | None, *, refused: bool, closed: bool,
+def verdict(lease: Lease, exc: BaseException | None, *, refused: str | None, closed: bool,
             cancelled: bool = False) -> LeaseLost | None:
     """How a block ends: ``LeaseLost`` when our cancel ended it, or when it
     ended normally although its lease was lost (flagged, refused by the store
-    at release, or past its trust window); else as it would have."""
+    or unconfirmed at release, or past its trust window); else as it would have."""
     own = cancelled and isinstance(exc, asyncio.CancelledError)
     if not own and (exc is not None or not (lease.lost or refused or closed)):
         return None
-    reason = lease.lost_reason or ("the store no longer had the lease at release" if refused
-                                   else "the trust window closed before the block ended")
+    reason = lease.lost_reason or refused or "the trust window closed before the block ended"
     return LeaseLost(lease.key, lease.token, reason)

@@ -113,10 +113,10 @@ def busy(key: str) -> None:
         inst.busy.add(1, {"lease.key": key})
 
 
-def renew_failed(key: str, error: BaseException) -> None:
+def renew_failed(key: str, error_type: str) -> None:
     inst = _get()
     if inst is not None:
-        inst.renew_failures.add(1, {"lease.key": key, "error.type": type(error).__name__})
+        inst.renew_failures.add(1, {"lease.key": key, "error.type": error_type})
 
 
 def lost(key: str) -> None:

@@ -81,6 +81,16 @@ class LeaseStore(ABC):
     #: heartbeat batches only then (otherwise parallel single renewals on its
     #: pool are faster, and one slow call does not hold back the others).
     batch_renewals: bool = False
+    #: True when a second process opening the same URL reaches the same
+    #: leases (every store but ``memory://``): the keeper process can then
+    #: renew them (``keeper_client``).
+    opens_elsewhere: bool = True
+
+    def url_elsewhere(self, url: str) -> str:
+        """``url`` (as given to ``connect``) as another process must open it
+        to reach these same leases: the same, unless it depends on this
+        process (a path relative to its working directory)."""
+        return url
 
     @abstractmethod
     def acquire(

@@ -54,15 +54,7 @@ class KeyTemplate:
                     f"key template {template!r} names {{{field}}}, which is not a parameter "
                     f"of flow {flow_name!r} (parameters: {known})"
                 )
-        # The fixed text must already be valid: check it with each field as "x".
-        neutral = "".join(
-            text + ("x" if field is not None else "")
-            for text, field, _, _ in string.Formatter().parse(template)
-        )
-        try:
-            validate_key(neutral)
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"key template {template!r} is not a valid key: {exc}") from None
+        _check_fixed_text(template)
 
     @property
     def is_static(self) -> bool:
@@ -93,6 +85,38 @@ class KeyTemplate:
             raise ConfigurationError(
                 f"cannot fill key template {self.template!r}: {type(exc).__name__}: {exc}"
             ) from None
+
+
+def _check_fixed_text(template: str) -> None:
+    """The template's own text must already be valid in a key, checked with
+    each field as "x"; the error speaks of the template's text, never of that
+    stand-in (``'billing x' has characters outside...`` for ``billing {tenant}``)."""
+    parts = list(string.Formatter().parse(template))
+    try:
+        validate_key("".join(text + ("x" if field is not None else "") for text, field, _, _ in parts))
+        return
+    except ConfigurationError:
+        pass
+    fixed = "".join(text for text, _, _, _ in parts)
+    outside = sorted({c for c in fixed if not _allowed_inside(c)})
+    if not parts:
+        why = "it is empty"
+    elif outside:
+        why = (f"its text has {', '.join(repr(c) for c in outside)}, outside the safe set "
+               "(letters, digits and . _ : / @ = + -)")
+    elif parts[0][0]:  # the text before the first field: its first character
+        why = "it must start with a letter, a digit or a {field}"
+    else:
+        why = "its text alone is longer than a key may be"
+    raise ConfigurationError(f"key template {template!r} is not a valid key: {why}")
+
+
+def _allowed_inside(char: str) -> bool:
+    try:
+        validate_key(f"a{char}")
+    except ConfigurationError:
+        return False
+    return True
 
 
 def _field_names(template: str) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..core.config import ENV_URL, check_credentials, mask_url, parse_url, resolve_url
 from ..core.errors import ConfigurationError
+from ..core.keeper_client import remember_source
 from ..core.store import LeaseStore
 
 #: scheme -> "module:Class"
@@ -122,6 +123,8 @@ def connect(url: str | None = None, **options: Any) -> LeaseStore:
             ) from None
         store_class = getattr(module, class_name)
         store: LeaseStore = store_class.from_url(resolved, **options)
+        if store_class.opens_elsewhere:
+            remember_source(store, store.url_elsewhere(resolved), options)
         return store
 
 

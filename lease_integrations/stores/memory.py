@@ -32,6 +32,7 @@ class _Row:
 
 class MemoryStore(LeaseStore):
     notifies = True
+    opens_elsewhere = False  # its leases live in this process only
     _named: ClassVar[dict[str, MemoryStore]] = {}
     _named_lock: ClassVar[threading.Lock] = threading.Lock()
 

@@ -34,6 +34,9 @@ from redis.retry import Retry
 from ..core.config import check_credentials, mask_url, query_options
 from ..core.errors import ConfigurationError, StoreUnavailable
 from .redis_pool import FairBlockingConnectionPool
+from .redis_sentinel import BlockingSentinelPool, ExplainingSentinel
+from .redis_tls import OPTIONS as _TLS_OPTIONS
+from .redis_tls import tls_hint, tls_options
 
 log = logging.getLogger("lease_integrations")
 
@@ -53,10 +56,6 @@ _CONNECTION_OPTIONS: dict[str, type] = {
     "socket_timeout": float, "connect_timeout": float, "max_connections": int,
 }
 _SENTINEL_OPTIONS: dict[str, type] = {"sentinel_auth": bool}
-_TLS_OPTIONS: dict[str, type] = {
-    "ssl_ca_certs": str, "ssl_certfile": str, "ssl_keyfile": str,
-    "ssl_cert_reqs": str, "ssl_check_hostname": bool,
-}
 
 
 def no_retry() -> Retry:
@@ -144,10 +143,6 @@ def parse(url: str, options: Mapping[str, Any], store_options: Mapping[str, type
     extra = urlencode({name: str(value) for name, value in options.items()})
     opts = query_options(parts._replace(query="&".join(q for q in (parts.query, extra) if q)),
                          allowed, url)
-    if opts.get("ssl_cert_reqs", "required") not in ("none", "optional", "required"):
-        raise ConfigurationError(
-            f"ssl_cert_reqs={opts['ssl_cert_reqs']!r} in {mask_url(url)!r} must be "
-            "none, optional or required")
     max_connections = int(opts.pop("max_connections", DEFAULT_MAX_CONNECTIONS))  # type: ignore[call-overload]
     if not 1 <= max_connections <= 100_000:
         raise ConfigurationError(
@@ -175,7 +170,7 @@ def parse(url: str, options: Mapping[str, Any], store_options: Mapping[str, type
     if topology == "single" and len(nodes) > 1:
         raise _bad(url, "several hosts need redis+cluster:// or redis+sentinel://")
 
-    tls_options = {name: opts.pop(name) for name in list(opts) if name in _TLS_OPTIONS}
+    checked_tls = tls_options(url, opts) if tls else {}
     return RedisSettings(
         url=url, topology=topology, tls=tls, nodes=nodes, db=db, service=service,
         username=username, password=password,
@@ -183,7 +178,7 @@ def parse(url: str, options: Mapping[str, Any], store_options: Mapping[str, type
         connect_timeout=float(opts.pop("connect_timeout", DEFAULT_TIMEOUT)),  # type: ignore[arg-type]
         max_connections=max_connections,
         sentinel_auth=bool(opts.pop("sentinel_auth", False)),
-        tls_options=tls_options, store_options=opts)
+        tls_options=checked_tls, store_options=opts)
 
 
 def _connection_kwargs(s: RedisSettings) -> dict[str, Any]:
@@ -218,7 +213,8 @@ def _cluster(s: RedisSettings, size: int) -> Any:
     # class carries the pool timeout and the TLS options itself: the Cluster
     # passes its nodes only the keywords its release lists (5.0 drops
     # ssl_check_hostname and timeout).
-    first = f"{'rediss' if s.tls else 'redis'}://{host}:{port}"
+    bracketed = f"[{host}]" if ":" in host else host  # an IPv6 address
+    first = f"{'rediss' if s.tls else 'redis'}://{bracketed}:{port}"
     kwargs = _connection_kwargs(s)
     del kwargs["retry"]  # RedisCluster takes it as its own argument
     pool_class = functools.partial(FairBlockingConnectionPool, timeout=s.socket_timeout,
@@ -232,8 +228,6 @@ def _cluster(s: RedisSettings, size: int) -> Any:
 
 
 def _sentinel(s: RedisSettings, size: int) -> redis.Redis:
-    from redis.sentinel import Sentinel
-
     conn = _connection_kwargs(s)
     sentinel_kwargs: dict[str, Any] = {
         "socket_timeout": s.socket_timeout, "socket_connect_timeout": s.connect_timeout,
@@ -242,25 +236,12 @@ def _sentinel(s: RedisSettings, size: int) -> redis.Redis:
         "retry": no_retry(), **_tls_kwargs(s)}
     if s.sentinel_auth:
         sentinel_kwargs.update(username=s.username, password=s.password)
-    manager = Sentinel(list(s.nodes), sentinel_kwargs=sentinel_kwargs,  # type: ignore[no-untyped-call]
-                       db=s.db, **conn, **_tls_kwargs(s))
+    manager = ExplainingSentinel(list(s.nodes), sentinel_kwargs=sentinel_kwargs,
+                                 db=s.db, **conn, **_tls_kwargs(s))
     client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
-        s.service, connection_pool_class=_BlockingSentinelPool, max_connections=size,
+        s.service, connection_pool_class=BlockingSentinelPool, max_connections=size,
         timeout=s.socket_timeout)
     return client
-
-
-def _blocking_sentinel_pool() -> type:
-    from redis.sentinel import SentinelConnectionPool
-
-    class BlockingSentinelPool(SentinelConnectionPool, FairBlockingConnectionPool):  # type: ignore[misc]
-        """Sentinel's pool (finds the primary, follows failovers) that waits
-        for a free connection instead of raising."""
-
-    return BlockingSentinelPool
-
-
-_BlockingSentinelPool = _blocking_sentinel_pool()
 
 
 def build_clients(s: RedisSettings) -> tuple[Any, Any]:
@@ -303,7 +284,8 @@ def _refused_cluster(s: RedisSettings, exc: BaseException) -> None:
 def short_error(exc: BaseException) -> str:
     """A redis-py error without the client reprs some of them carry (Sentinel's
     "No master found" appends every pool's settings)."""
-    return f"{type(exc).__name__}: {str(exc).split(' : <')[0][:300]}"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text.split(' : <')[0][:300]}{tls_hint(text)}"
 
 
 # -- clients the user built -------------------------------------------------------

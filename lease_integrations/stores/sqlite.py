@@ -47,6 +47,7 @@ from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..core.config import default_state_dir, parse_url, query_options
 from ..core.errors import ConfigurationError, CorruptRecord, StoreUnavailable
@@ -334,6 +335,11 @@ class SqliteStore(LeaseStore):
         if options:
             raise ConfigurationError(f"unknown SQLite store options {sorted(options)}")
         return cls(path, busy_timeout=busy, create_parent=default)
+
+    def url_elsewhere(self, url: str) -> str:
+        """Absolute: the keeper resolves nothing against its own working directory."""
+        query = urlsplit(url).query
+        return f"sqlite:///{os.path.abspath(self.path)}" + (f"?{query}" if query else "")
 
     # -- connection -------------------------------------------------------------
     def _connection(self) -> sqlite3.Connection:

@@ -90,6 +90,19 @@ def test_bad_settings_are_refused_at_decoration(options: dict[str, Any], named: 
     assert named in str(raised.value)
 
 
+@pytest.mark.parametrize(("key", "says"), [
+    ("billing {tenant}", "its text has ' ', outside the safe set"),
+    ("_{tenant}", "it must start with a letter, a digit or a {field}"),
+])
+def test_a_bad_key_template_is_explained_in_its_own_text(key: str, says: str) -> None:
+    # The fixed text is checked with each field as "x": that stand-in once
+    # showed in the message ("lease key 'billing x' has characters ...").
+    with pytest.raises(ConfigurationError) as raised:
+        leased_flow(key=key)(plain)
+    assert str(raised.value) == f"key template {key!r} is not a valid key: {says}" + (
+        " (letters, digits and . _ : / @ = + -)" if "safe set" in says else "")
+
+
 def test_bad_functions_are_refused() -> None:
     def gen() -> Any:
         yield 1

@@ -26,17 +26,18 @@ DEFAULT_BINARY = "/usr/bin/redis-server"
 START_TIMEOUT = 15.0
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+def free_port(host: str = "127.0.0.1") -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
 
 
-def _answers_ping(port: int, ca_file: Path | None = None) -> bool:
+def _answers_ping(port: int, ca_file: Path | None = None, host: str = "127.0.0.1") -> bool:
     """One raw PING, so the fixture does not depend on the code under test."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as raw:
+        with socket.create_connection((host, port), timeout=0.5) as raw:
             sock = raw
             if ca_file is not None:
                 sock = ssl.create_default_context(cafile=str(ca_file)).wrap_socket(
@@ -65,16 +66,18 @@ class RedisServer:
 
     def __init__(self, directory: Path, *, persistent: bool = False, tls: bool = False,
                  cert: tuple[Path, Path] | None = None,
-                 extra_args: tuple[str, ...] = ()) -> None:
+                 extra_args: tuple[str, ...] = (), host: str = "127.0.0.1") -> None:
         """``tls`` serves TLS only, with a certificate of its own; ``cert`` (certificate,
-        key) serves TLS with that one instead, so several servers share one CA."""
+        key) serves TLS with that one instead, so several servers share one CA.
+        ``host`` is the loopback address it listens on (``::1`` for IPv6 tests)."""
         self.extra_args = extra_args  # more redis-server options (cluster mode, replicaof)
         self.binary = os.environ.get(SERVER_ENV) or DEFAULT_BINARY
         if not Path(self.binary).is_file():
             raise FileNotFoundError(f"redis-server not found at {self.binary} (set ${SERVER_ENV})")
         self.directory = directory
         self.persistent = persistent
-        self.port = free_port()
+        self.host = host
+        self.port = free_port(host)
         self.process: subprocess.Popen[bytes] | None = None
         self.paused = False
         self.tls_cert: Path | None = None
@@ -105,14 +108,14 @@ class RedisServer:
             listen = ["--port", "0", "--tls-port", str(self.port), "--tls-cert-file",
                       str(self.tls_cert), "--tls-key-file", str(self.tls_key),
                       "--tls-ca-cert-file", str(self.tls_cert), "--tls-auth-clients", "no"]
-        args = [self.binary, *listen, "--bind", "127.0.0.1",
+        args = [self.binary, *listen, "--bind", self.host,
                 "--dir", str(self.directory), "--save", "", *persistence,
                 "--daemonize", "no", "--logfile", str(self.directory / "redis.log"),
                 *self.extra_args]
         self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + START_TIMEOUT
-        while not _answers_ping(self.port, self.tls_cert):
+        while not _answers_ping(self.port, self.tls_cert, self.host):
             if self.process.poll() is not None:
                 err = self.process.stderr.read().decode() if self.process.stderr else ""
                 raise RuntimeError(f"redis-server exited with {self.process.returncode}: {err}"

@@ -7,6 +7,9 @@
   the cluster bus), every node serving one self-signed certificate.
 - ``redis_sentinel``: a primary, one replica and one sentinel watching them;
   ``redis_sentinel_url`` is its ``redis+sentinel://`` URL. One per session.
+  ``RedisSentinelSet(root, tls=True)`` is the same over TLS only (clients,
+  replication and the sentinel's own links), all three serving one
+  self-signed certificate.
 
 Every process is stopped by its PID at the end of the session. The bus port of
 each cluster node is picked free too (``--cluster-port``), so no node assumes
@@ -40,14 +43,15 @@ def _cli() -> str:
     return str(beside) if beside.exists() else (shutil.which("redis-cli") or "redis-cli")
 
 
-def command(port: int, *args: str, timeout: float = 2.0, ca_file: Path | None = None) -> str:
+def command(port: int, *args: str, timeout: float = 2.0, ca_file: Path | None = None,
+            host: str = "127.0.0.1") -> str:
     """One command over a raw socket in RESP (TLS trusting ``ca_file`` if given),
     answered as text (fixture code must not depend on the code under test)."""
     parts = [f"*{len(args)}\r\n".encode()]
     for arg in args:
         data = arg.encode()
         parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw:
+    with socket.create_connection((host, port), timeout=timeout) as raw:
         sock = raw if ca_file is None else ssl.create_default_context(
             cafile=str(ca_file)).wrap_socket(raw, server_hostname="127.0.0.1")
         sock.sendall(b"".join(parts))
@@ -89,15 +93,23 @@ def wait_for(predicate: object, what: str, timeout: float = READY_TIMEOUT) -> No
 class RedisClusterNodes:
     """Three cluster-enabled masters with every slot assigned."""
 
-    def __init__(self, root: Path, *, tls: bool = False) -> None:
+    def __init__(self, root: Path, *, tls: bool = False, host: str = "127.0.0.1") -> None:
+        """``host``: the loopback address every node listens on (``::1`` for IPv6)."""
         self.root = root
+        self.host = host
         self.nodes: list[RedisServer] = []
         self.cert = make_self_signed_cert(root) if tls else None
 
     @property
+    def addresses(self) -> list[str]:
+        """``host:port`` of each node, an IPv6 host in brackets."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return [f"{host}:{n.port}" for n in self.nodes]
+
+    @property
     def url(self) -> str:
         """``redis+cluster://``, or ``rediss+cluster://`` trusting the nodes' certificate."""
-        hosts = ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+        hosts = ",".join(self.addresses)
         if self.cert is None:
             return f"redis+cluster://{hosts}"
         return f"rediss+cluster://{hosts}?ssl_ca_certs={self.cert[0]}"
@@ -106,21 +118,21 @@ class RedisClusterNodes:
         for i in range(3):
             directory = self.root / f"node-{i}"
             directory.mkdir()
-            node = RedisServer(directory, cert=self.cert, extra_args=(
+            node = RedisServer(directory, cert=self.cert, host=self.host, extra_args=(
                 "--cluster-enabled", "yes", "--cluster-config-file", str(directory / "nodes.conf"),
-                "--cluster-port", str(free_port()), "--cluster-node-timeout", "5000",
+                "--cluster-port", str(free_port(self.host)), "--cluster-node-timeout", "5000",
                 *(("--tls-cluster", "yes") if self.cert else ())))
             self.nodes.append(node)
             node.start()
         ca_file = self.cert[0] if self.cert else None
         subprocess.run(
             [_cli(), *(("--tls", "--cacert", str(ca_file)) if ca_file else ()),
-             "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+             "--cluster", "create", *(f"{self.host}:{n.port}" for n in self.nodes),
              "--cluster-replicas", "0", "--cluster-yes"],
             check=True, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
         for node in self.nodes:
             wait_for(lambda node=node: "cluster_state:ok" in command(
-                node.port, "CLUSTER", "INFO", ca_file=ca_file),
+                node.port, "CLUSTER", "INFO", ca_file=ca_file, host=self.host),
                 f"cluster node {node.port} to see the whole cluster")
 
     def stop(self) -> None:
@@ -131,28 +143,43 @@ class RedisClusterNodes:
 class RedisSentinelSet:
     """A primary, one replica and one sentinel (quorum 1) for service ``leases``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, tls: bool = False) -> None:
         self.root = root
         (root / "primary").mkdir()
         (root / "replica").mkdir()
-        self.primary = RedisServer(root / "primary")
-        self.replica = RedisServer(root / "replica", extra_args=(
-            "--replicaof", "127.0.0.1", str(self.primary.port)))
+        self.cert = make_self_signed_cert(root) if tls else None
+        replication = ("--tls-replication", "yes") if tls else ()
+        self.primary = RedisServer(root / "primary", cert=self.cert)
+        self.replica = RedisServer(root / "replica", cert=self.cert, extra_args=(
+            "--replicaof", "127.0.0.1", str(self.primary.port), *replication))
         self.sentinel_port = free_port()
         self.sentinel: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis+sentinel://127.0.0.1:{self.sentinel_port}/{SERVICE}/0"
+        """``redis+sentinel://``, or ``rediss+sentinel://`` trusting the certificate."""
+        if self.cert is None:
+            return f"redis+sentinel://127.0.0.1:{self.sentinel_port}/{SERVICE}/0"
+        return (f"rediss+sentinel://127.0.0.1:{self.sentinel_port}/{SERVICE}/0"
+                f"?ssl_ca_certs={self.cert[0]}")
+
+    def _command(self, port: int, *args: str) -> str:
+        return command(port, *args, ca_file=self.cert[0] if self.cert else None)
 
     def start(self) -> None:
         self.primary.start()
         self.replica.start()
-        wait_for(lambda: "master_link_status:up" in command(self.replica.port, "INFO", "replication"),
-                 "the replica to sync")
+        wait_for(lambda: "master_link_status:up" in self._command(
+            self.replica.port, "INFO", "replication"), "the replica to sync")
         conf = self.root / "sentinel.conf"
+        listen = f"port {self.sentinel_port}\n"
+        if self.cert is not None:
+            cert, key = self.cert
+            listen = (f"port 0\ntls-port {self.sentinel_port}\ntls-cert-file {cert}\n"
+                      f"tls-key-file {key}\ntls-ca-cert-file {cert}\ntls-auth-clients no\n"
+                      "tls-replication yes\n")
         conf.write_text(
-            f"port {self.sentinel_port}\nbind 127.0.0.1\ndir {self.root}\n"
+            f"{listen}bind 127.0.0.1\ndir {self.root}\n"
             f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary.port} 1\n"
             f"sentinel down-after-milliseconds {SERVICE} 1000\n"
             f"sentinel failover-timeout {SERVICE} 10000\n")
@@ -161,13 +188,12 @@ class RedisSentinelSet:
             self.sentinel = subprocess.Popen([binary, str(conf), "--sentinel"],
                                              stdin=subprocess.DEVNULL, stdout=log,
                                              stderr=subprocess.STDOUT)
-        wait_for(lambda: f"slave0:ip=127.0.0.1,port={self.replica.port}" in command(
-            self.sentinel_port, "SENTINEL", "REPLICAS", SERVICE) or str(self.replica.port) in
-            command(self.sentinel_port, "SENTINEL", "REPLICAS", SERVICE),
+        wait_for(lambda: str(self.replica.port) in self._command(
+            self.sentinel_port, "SENTINEL", "REPLICAS", SERVICE),
             "the sentinel to discover the replica")
 
     def master_port(self) -> int:
-        reply = command(self.sentinel_port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
+        reply = self._command(self.sentinel_port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
         return int(reply.strip().split("\r\n")[-1])
 
     def stop(self) -> None:

@@ -2,7 +2,10 @@
 Airflow (scripts/test.sh): the package imports, the provider entry point
 registers ``@task.leased``, and a leased DAG runs through Airflow's own
 ``dag.test()``: once with the lease free (both tasks run, each with its own
-grant), once while another holder has the key (both tasks skip).
+grant), once while another holder has the key (both tasks skip). And the
+fail-stop path: a task whose lease is broken from outside (as ``leasectl
+break`` does) ends the process running it with status 75 before its body can
+finish, and the try is not a success.
 
 Everything Airflow runs in child processes with their own throwaway
 AIRFLOW_HOME, so this file runs beside the full Airflow suite or alone."""
@@ -10,14 +13,15 @@ AIRFLOW_HOME, so this file runs beside the full Airflow suite or alone."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from smoke_support import WAIT, Child
+from smoke_support import WAIT, Child, wait_until
 
-from lease_integrations import LeaseLock, connect
+from lease_integrations import LEASE_LOST_EXIT_STATUS, LeaseLock, connect
 
 pytest.importorskip("airflow")
 
@@ -82,3 +86,31 @@ def test_leased_tasks_run_through_dag_test(airflow_env: dict[str, str], tmp_path
         store.close()
     assert busy_tasks == {"decorated": "skipped", "operator": "skipped"}, busy_tasks
     assert busy_tokens == {}, "a task body ran while another holder had the lease"
+
+
+@pytest.mark.timeout(900)
+def test_broken_lease_ends_the_try(airflow_env: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "lost"
+    out.mkdir()
+    url = f"sqlite://{tmp_path}/leases.db"
+    child = Child("airflow_dags/airflow_smoke_dag.py", ["lost"],
+                  {**airflow_env, "LEASE_SMOKE_DIR": str(out), "LEASE_STORE_URL": url},
+                  tmp_path / "lost.log")
+    try:
+        token = int(wait_until(lambda: (out / "held.token").exists() and
+                               (out / "held.token").read_text(), "the task to enter its body"))
+        with connect(url) as store:
+            broken = store.force_release("lease-smoke-lost", by="smoke-test")
+        assert broken is not None and broken.token == token, broken
+        code = child.process.wait(WAIT)
+    finally:
+        child.stop()
+    log = child.output()
+    assert code == LEASE_LOST_EXIT_STATUS, f"exit {code}:\n{log[-4000:]}"
+    assert not (out / "ended").exists(), "the task body ran on after its lease was broken"
+    # dag.test() runs the task in this very process, so nothing is left to
+    # record the failure (docs/airflow/index.md): the try is not a success.
+    with sqlite3.connect(Path(airflow_env["AIRFLOW_HOME"]) / "airflow.db") as db:
+        states = {s for (s,) in db.execute(
+            "SELECT state FROM task_instance WHERE dag_id = 'lease_smoke_lost'")}
+    assert states and "success" not in states, states

@@ -17,11 +17,12 @@ import pytest
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
+from servers.redis_server import free_port
 from servers.redis_topologies import RedisClusterNodes, command
 
 from lease_integrations import Lease, LeaseLock, connect
 from lease_integrations.cli import main as leasectl
-from lease_integrations.core.errors import StaleToken
+from lease_integrations.core.errors import StaleToken, StoreUnavailable
 from lease_integrations.core.fencing import RedisFence
 from lease_integrations.stores.redis import RedisStore
 from lease_integrations.stores.redis_connect import retry_count
@@ -175,3 +176,52 @@ def test_the_fence_works_on_a_cluster_when_its_names_share_a_hash_tag(
     untagged = f"ledger-{key}"
     with pytest.raises((redis.RedisError, RedisClusterException), match="same key slot"):
         fence.fenced_set(raw, untagged, 7, f"{untagged}:total-x", "42")
+
+
+def _binds_ipv6_loopback() -> bool:
+    try:
+        free_port("::1")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def ipv6_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterNodes]:
+    if not _binds_ipv6_loopback():
+        pytest.skip("this machine has no IPv6 loopback (::1)")
+    cluster = RedisClusterNodes(tmp_path_factory.mktemp("redis-cluster-v6"), host="::1")
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_a_cluster_on_ipv6_hosts_holds_leases_and_lists_them(
+    ipv6_cluster: RedisClusterNodes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The first startup node once became redis://::1:port (no brackets): every
+    # such URL failed with ValueError, a 500 in the UI and exit 5 in leasectl.
+    url = ipv6_cluster.url
+    assert url.startswith("redis+cluster://[::1]:")
+    prefix = f"v6-{uuid.uuid4().hex[:8]}-"
+    keys = [f"{prefix}{i}" for i in range(6)]
+    with connect(url) as store:
+        # ttl 2 s, heartbeat every 0.67 s: renewals reach each key's node by its IPv6 name.
+        locks = [LeaseLock(store, k, ttl=2, on_lost="check") for k in keys]
+        leases = [lock.acquire(wait=0) for lock in locks]
+        until(lambda: all(r.renewed_at > r.acquired_at for r in store.list(prefix)),
+              what="a renewal of every lease")
+        assert leasectl(["--url", url, "--json", "list", prefix]) == 0
+        listed = json.loads(capsys.readouterr().out)
+        rows = listed if isinstance(listed, list) else listed.get("leases", [])
+        assert sorted(row["key"] for row in rows) == sorted(keys)
+        for lock, lease in zip(locks, leases, strict=True):
+            lease.check()
+            lock.release(lease)
+
+
+def test_an_unreachable_ipv6_cluster_is_store_unavailable() -> None:
+    with pytest.raises(StoreUnavailable):
+        connect("redis+cluster://[::1]:1,[::1]:2?connect_timeout=1&socket_timeout=1")

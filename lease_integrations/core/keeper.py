@@ -1,0 +1,499 @@
+"""The keeper process: renews one job's leases and stops the job on loss.
+
+Run as ``python -m lease_integrations.core.keeper`` by the job itself
+(``keeper_client``), one per holding process, in a session of its own (a
+signal to the job's process group is not meant for it). Everything it needs
+comes on stdin, one JSON object a line: the job's pid, the store URLs with
+their secrets, each lease with its owner secret. It answers on stdout
+(``renewed``, ``lost``, ``frozen``) and logs to the stderr it shares with the
+job, so its lines land in the task's or the run's log.
+
+What it guarantees, whatever the job's interpreter does:
+
+- renewals: the job's leases are renewed by the same heartbeat a job would
+  run (batched per store, bounded calls, the trust window on
+  ``CLOCK_BOOTTIME``), on the keeper's own store connections, while the job
+  process is alive and not stopped (state ``T``: not renewed);
+- the hard stop: a lease lost while its fail-stop block runs gets the job's
+  own ladder until ``stop_at`` (``W + 0.7 * margin - grace``, W the trust
+  window's close, or the moment the store refused); then the keeper freezes
+  the job and every process below it, kills the job, gives the rest SIGTERM
+  and ``grace`` seconds, then SIGKILL: all gone by ``W + 0.8 * margin``,
+  before the store can expire the lease. It then releases the job's other
+  leases and exits;
+- its own death: its kernel timer (``KillTimer``) is kept at
+  ``W + 0.9 * margin`` of the job's armed leases, so a keeper stuck past that
+  dies, and its death SIGKILLs the job through the death pipe;
+- the job's death: seen at once (a pidfd); renewals stop and the keeper
+  exits; the job's leases expire after their ttl (never released while a
+  process the job started may still run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import select
+import signal
+import sys
+import threading
+from datetime import datetime, timezone
+from typing import Any
+
+from .clock import now
+from .descendants import descendants
+from .errors import StoreUnavailable
+from .heartbeat import Heartbeat
+from .kernel import KillTimer, is_gone, is_stopped, process_state
+from .lease import Lease
+from .record import LeaseRecord
+from .store import LeaseStore
+
+log = logging.getLogger("lease_integrations.keeper")
+
+#: The hard stop begins this share of the margin after the window closed...
+STOP_BEGINS = 0.7
+#: ...the keeper's own kernel timer fires this share after it.
+TIMER_SHARE = 0.9
+
+
+class JobStopped(StoreUnavailable):
+    """The job process is stopped (SIGSTOP, a debugger): not renewed."""
+
+
+class _JobStore:
+    """A job's store as the keeper's heartbeat sees it.
+
+    Opened on first use, on the heartbeat's own thread, and again after a
+    failed open: the keeper reads the job's messages on its main thread,
+    which a slow network must never hold up (a release the job announces
+    must be read before any verdict). Renewals happen only while the job
+    runs: a job stopped alone is not busy, and renewing it would keep a lease
+    for a process that cannot use it until someone resumed it."""
+
+    def __init__(self, url: str, options: dict[str, Any], masked: str,
+                 batch_renewals: bool, job: int) -> None:
+        self._source = (url, options)
+        self.url = masked
+        self.batch_renewals = batch_renewals
+        self._job = job
+        self._store: LeaseStore | None = None
+        self._opening = threading.Lock()
+
+    def opened(self) -> LeaseStore:
+        if self._store is None:
+            with self._opening:
+                if self._store is None:
+                    from ..stores import connect
+
+                    url, options = self._source
+                    self._store = connect(url, **options)
+        return self._store
+
+    def _check_job(self) -> None:
+        state = process_state(self._job)
+        if is_stopped(state):
+            raise JobStopped(f"the job process (pid {self._job}) is stopped (state {state}), "
+                             "so it was not renewed", url=self.url)
+
+    def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
+        self._check_job()
+        return self.opened().renew(key, secret, token, ttl)
+
+    def renew_many(self, items: Any) -> Any:
+        self._check_job()
+        return self.opened().renew_many(items)
+
+    def release(self, key: str, secret: str, token: int) -> bool:
+        return self.opened().release(key, secret, token)
+
+    def history(self, key: str, limit: int = 50) -> Any:
+        return self.opened().history(key, limit)
+
+    def record_event(self, *args: Any) -> None:
+        self.opened().record_event(*args)
+
+
+class KeptLease(Lease):
+    """A job's lease as the keeper holds it."""
+
+    def __init__(self, keeper: Keeper, lid: int, armed: bool, store: Any,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.keeper, self.lid, self.armed, self.store = keeper, lid, armed, store
+
+    def renewed(self, attempt_started: float) -> None:
+        super().renewed(attempt_started)
+        self.keeper.outbox.renewed(self.lid, attempt_started)
+        if self.armed:
+            self.keeper.rearm_soon()
+
+    def _log_loss(self, reason: str) -> None:
+        """Silent: the job logs its own loss, and the keeper logs the stop."""
+
+    def renew_failed(self, error: str, error_type: str) -> None:
+        """Told to the job, which counts and logs it with its own metrics."""
+        self.keeper.outbox.send({"op": "renew_failed", "id": self.lid, "error": error,
+                                 "type": error_type})
+
+    def mark_lost(self, reason: str, before_callbacks: Any = None) -> bool:
+        # A release the job said before it made it may still be in the pipe:
+        # read it first, or a healthy release would look like a refusal.
+        self.keeper.drain()
+        if self.released:
+            return False
+        return super().mark_lost(self.keeper.explain(self, reason), before_callbacks)
+
+
+class Outbox:
+    """What the keeper tells the job, written by one thread: a job that is
+    busy and reads nothing never blocks a renewal. Renewals coalesce (the
+    latest per lease is all the job needs), so what waits stays small."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._cond = threading.Condition()
+        self._renewed: dict[int, float] = {}
+        self._messages: list[dict[str, Any]] = []
+        threading.Thread(target=self._run, name="keeper-outbox", daemon=True).start()
+
+    def renewed(self, lid: int, started: float) -> None:
+        with self._cond:
+            self._renewed[lid] = started
+            self._cond.notify()
+
+    def send(self, message: dict[str, Any]) -> None:
+        with self._cond:
+            self._messages.append(message)
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._renewed and not self._messages:
+                    self._cond.wait()
+                messages, self._messages = self._messages, []
+                renewed, self._renewed = self._renewed, {}
+            if renewed:
+                messages.append({"op": "renewed", "leases": list(renewed.items())})
+            data = "".join(json.dumps(m, separators=(",", ":")) + "\n" for m in messages)
+            try:
+                _write_all(self._fd, data.encode())
+            except OSError:
+                return  # the job is gone; the main loop sees it too
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data):]
+
+
+class Keeper:
+    def __init__(self, job: int, out_fd: int) -> None:
+        self.job = job
+        self.me = os.getpid()
+        self.outbox = Outbox(out_fd)
+        self.heartbeat = Heartbeat()
+        self.stores: dict[int, Any] = {}
+        self.leases: dict[int, KeptLease] = {}
+        self._inbox = threading.RLock()
+        self._buffer = b""
+        self._cond = threading.Condition()
+        #: lease id -> when the hard stop for its loss is due (armed leases only)
+        self._stops: dict[int, float] = {}
+        self._rearm = False
+        self._stop_at: float | None = None
+        self._end_requested = False
+        #: Processes seen below the job when a loss was known: a stop hook may
+        #: end their parent before the stop, orphaning them out of our walk.
+        self._known: set[int] = set()
+        self.stopping = False
+        self.timer: KillTimer | None = None
+        try:
+            self.timer = KillTimer()
+        except (OSError, AssertionError):
+            log.warning("no kernel timer; a stuck keeper is not ended on time")
+        threading.Thread(target=self._stopper, name="keeper-stopper", daemon=True).start()
+
+    # -- what the job says --------------------------------------------------------
+    def read(self, fd: int) -> bool:
+        """Read what is there on stdin and act on it; False at EOF."""
+        with self._inbox:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return True
+            if not chunk:
+                return False
+            lines = (self._buffer + chunk).split(b"\n")
+            self._buffer = lines.pop()
+            for line in lines:
+                if line:
+                    self.apply(json.loads(line))
+            return True
+
+    def drain(self) -> None:
+        with self._inbox:
+            while select.select([0], [], [], 0)[0]:
+                if not self.read(0):
+                    return
+
+    def apply(self, message: dict[str, Any]) -> None:
+        op = message["op"]
+        if op == "store":
+            store = self.stores[message["id"]] = _JobStore(
+                message["url"], message["options"], message["masked"], message["batch"], self.job)
+            threading.Thread(target=self._open, args=(message["id"], store), daemon=True,
+                             name="keeper-open").start()
+        elif op == "add":
+            self._add(message)
+        elif op == "drop":
+            lease = self.leases.pop(message["id"], None)
+            if lease is not None:
+                self.heartbeat.remove(lease)
+                lease.mark_released()
+                with self._cond:  # the block ended (LeaseLost): its loss stops nothing now
+                    self._stops.pop(lease.lid, None)
+                    self._cond.notify()
+        elif op == "renewed":  # the job renewed it while we were starting
+            kept = self.leases.get(message["id"])
+            if kept is not None:
+                kept.renewed(message["started"])
+        elif op == "end":
+            with self._cond:
+                self._known.update(message.get("known", ()))
+                self._end_requested = True
+                self._cond.notify()
+
+    def _open(self, sid: int, store: _JobStore) -> None:
+        """Open the store at once, off the main thread; say when it is open."""
+        try:
+            store.opened()
+        except Exception as exc:  # opened again at the first renewal, which says why
+            log.warning("could not open the store yet: %s", exc)
+            return
+        self.outbox.send({"op": "ready", "store": sid})
+
+    def _add(self, m: dict[str, Any]) -> None:
+        store = self.stores[m["store"]]
+        record = LeaseRecord(m["key"], m["holder"], m["token"], None, None, None,
+                             observed_at=_EPOCH)
+        lease = KeptLease(self, m["id"], m["armed"], store, record=record, ttl=m["ttl"],
+                          margin=m["margin"], attempt_started=m["started"],
+                          secret=m["secret"], grace=m["grace"])
+        lease._trusted_until = m["trusted_until"]
+        lease.on_lost(self._lost)
+        self.leases[lease.lid] = lease
+        self.heartbeat.add(lease, store, m["interval"], due=m["started"] + m["interval"])
+        self._wake()
+
+    # -- loss -----------------------------------------------------------------------
+    def explain(self, lease: KeptLease, reason: str) -> str:
+        """A refused renewal says what the store recorded, if it did
+        (``broken by root@host``), read in a bounded time."""
+        if not reason.startswith("the store refused"):
+            return reason
+        found: list[str] = []
+
+        def read() -> None:
+            for event in reversed(lease.store.history(lease.key, limit=5)):
+                if event.token == lease.token and event.kind == "broken":
+                    found.append(f"the store refused the renewal: the lease was broken by "
+                                 f"{event.detail.get('by', '?')}")
+                    return
+
+        thread = threading.Thread(target=read, daemon=True)
+        thread.start()
+        thread.join(min(1.0, lease.margin / 4))
+        return found[0] if found else reason
+
+    def _lost(self, lease: Lease) -> None:
+        assert isinstance(lease, KeptLease)
+        base = min(now(), lease.trusted_until)
+        stop_at = base + STOP_BEGINS * lease.margin - lease.grace
+        self.outbox.send({"op": "lost", "id": lease.lid, "reason": lease.lost_reason,
+                          "stop_at": stop_at})
+        if not lease.armed:
+            return
+        known = descendants(self.job) - {self.me}
+        log.critical(
+            "lease %s (token %s) lost: %s; the job (pid %d) and every process it "
+            "started are stopped within %.2f s unless the job ends itself first",
+            lease.key, lease.token, lease.lost_reason, self.job, stop_at + lease.grace - now())
+        with self._cond:
+            self._known |= known
+            self._stops[lease.lid] = stop_at
+            self._cond.notify()
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def rearm_soon(self) -> None:
+        """A renewal moved an armed lease's deadline: the stopper re-arms the
+        timer (once for a whole batch of renewals, not once per lease)."""
+        if not self._rearm:
+            with self._cond:
+                self._rearm = True
+                self._cond.notify()
+
+    def _timer_deadline(self) -> float | None:
+        armed = [lease.trusted_until + TIMER_SHARE * lease.margin
+                 for lease in list(self.leases.values()) if lease.armed]
+        return min(armed) if armed else None
+
+    def _stopper(self) -> None:
+        """Keeps the kernel timer on the armed leases' deadlines, and runs the
+        hard stop when one is due (or when the job's own ladder asks)."""
+        while True:
+            with self._cond:
+                self._rearm = False
+                deadline = self._timer_deadline()
+                if self.timer is not None and deadline != self.timer.armed_at:
+                    self.timer.arm(deadline)
+                stop_at = min(self._stops.values(), default=None)
+                if self._end_requested or (stop_at is not None and now() >= stop_at):
+                    self._stop_at = stop_at
+                    break
+                self._cond.wait(1.0 if stop_at is None else max(0.0005, stop_at - now()))
+        self.stopping = True
+        grace = max((lease.grace for lease in self.leases.values() if lease.armed), default=0.0)
+        if self._end_requested:
+            self._finish_after_ladder(grace)
+        else:
+            self._hard_stop(grace)
+        self._release_others()
+        _flush()
+        os._exit(0)
+
+    def _hard_stop(self, grace: float) -> None:
+        started = now()
+        frozen = self._freeze(include_job=True)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.job, signal.SIGKILL)
+        self._end(frozen - {self.job}, grace)
+        log.critical("stopped the job (pid %d, SIGKILL) and %d processes it "
+                     "started in %.3f s", self.job, len(frozen) - 1, now() - started)
+
+    def _finish_after_ladder(self, grace: float) -> None:
+        """The job ran its ladder and exits itself: freeze what it started,
+        say so, and end those processes once the job is gone."""
+        frozen = self._freeze(include_job=False)
+        self.outbox.send({"op": "frozen"})
+        until = (self._stop_at or now() + 1.0) + grace
+        while not is_gone(process_state(self.job)) and now() < until:
+            select.select([], [], [], 0.002)
+        if not is_gone(process_state(self.job)):
+            frozen |= self._freeze(include_job=True)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.job, signal.SIGKILL)
+        self._end(frozen - {self.job}, grace)
+
+    def _freeze(self, *, include_job: bool) -> set[int]:
+        """SIGSTOP the job (if asked) and every process below it, walking
+        until nothing new shows up: a frozen process neither forks nor exits,
+        so no pid escapes to init during the walk."""
+        frozen = {self.job} if include_job else set()
+        frozen |= {pid for pid in self._known if not is_gone(process_state(pid))}
+        spare = {self.me}
+        frozen -= spare
+        _signal(frozen, signal.SIGSTOP)
+        for _ in range(50):
+            new = descendants(self.job, *frozen) - frozen - spare
+            if not new:
+                break
+            _signal(new, signal.SIGSTOP)
+            frozen |= new
+        return frozen
+
+    def _end(self, pids: set[int], grace: float) -> None:
+        if not pids:
+            return
+        _signal(pids, signal.SIGTERM)
+        _signal(pids, signal.SIGCONT)
+        until = now() + grace
+        while now() < until:
+            if all(is_gone(process_state(pid)) for pid in pids):
+                return
+            select.select([], [], [], 0.005)
+        _signal(pids, signal.SIGKILL)
+
+    def _release_others(self) -> None:
+        """The job's healthy leases, given back now that nothing of the job
+        runs: their next holders need not wait out their ttls."""
+        threads = []
+        for lease in list(self.leases.values()):
+            if not lease.lost.is_set() and not lease.released:
+                thread = threading.Thread(target=_release, args=(lease,), daemon=True)
+                thread.start()
+                threads.append((thread, lease))
+        for thread, lease in threads:
+            thread.join(max(0.0, min(2.0, lease.margin)))
+
+    def job_gone(self) -> None:
+        """The job died (or closed our stdin): stop renewing at once. Its
+        leases expire: one it held may still be used by a process it started."""
+        if self.stopping:
+            threading.Event().wait()  # the stopper finishes and exits
+        _flush()
+        os._exit(0)
+
+
+_EPOCH = datetime.fromtimestamp(0, timezone.utc)
+
+
+def _release(lease: KeptLease) -> None:
+    with contextlib.suppress(Exception):
+        lease.store.release(lease.key, lease.secret, lease.token)
+
+
+def _signal(pids: set[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+def _flush() -> None:
+    for handler in logging.getLogger().handlers:
+        with contextlib.suppress(Exception):
+            handler.flush()
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+
+
+def main() -> None:
+    # stdout is the pipe to the job: nothing else may write there.
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)  # the job's ends are ours to decide
+    first = b""
+    while not first.endswith(b"\n"):
+        chunk = os.read(0, 1)
+        if not chunk:
+            return
+        first += chunk
+    hello = json.loads(first)
+    job = hello["job"]
+    logging.basicConfig(stream=sys.stderr, level=max(logging.WARNING, hello["log_level"]),
+                        format="%(asctime)s %(levelname)s [lease-keeper %(process)d] %(message)s")
+    try:
+        pidfd = os.pidfd_open(job)
+    except OSError:
+        return
+    if os.getppid() != job:
+        return  # the job died before we looked
+    keeper = Keeper(job, out_fd)
+    os.set_blocking(0, False)
+    while True:
+        ready, _, _ = select.select([0, pidfd], [], [])
+        if pidfd in ready:
+            keeper.job_gone()
+        if 0 in ready and not keeper.read(0):
+            keeper.job_gone()
+
+
+if __name__ == "__main__":
+    main()

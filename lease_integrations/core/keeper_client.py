@@ -1,0 +1,402 @@
+"""The job's side of its keeper: which leases it keeps, and what it says back.
+
+A job that keeps the GIL for one long call (a big ``json.loads``, a sort, a C
+extension) starves every thread of its own interpreter, the heartbeat's
+included: its lease expires in the store while it is healthy, a contender is
+granted it, and the job is stopped only when the call returns. So renewals,
+the trust window and the hard stop live in a second process, the *keeper*
+(``keeper.py``), one per holding process, which the kernel schedules apart
+from the job. The job still takes and gives back its leases itself (its own
+compare-and-swap); this module hands each lease over with one pipe write and
+reads the keeper's ``renewed`` and ``lost`` reports on a thread.
+
+A store is kept by the keeper when a second process can open it (it was made
+by ``connect(url)`` from a URL, not ``memory://`` nor a client object the
+user built) and the kernel tools are here (``kernel.available()``: Linux);
+otherwise its leases keep the in-process heartbeat, decided and logged once
+per store. ``LEASE_KEEPER=off`` in the environment keeps every store in
+process.
+
+Secrets (the store URL's password, each lease's owner secret) reach the
+keeper on its stdin, never in its argv or environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import threading
+import weakref
+from typing import Any, Protocol
+
+from . import kernel
+from .clock import now
+from .heartbeat import get_heartbeat
+from .lease import Lease
+from .store import LeaseStore
+
+log = logging.getLogger("lease_integrations")
+
+ENV_SWITCH = "LEASE_KEEPER"
+
+#: store -> (URL with its secrets, options): how the keeper opens the same store.
+_sources: weakref.WeakKeyDictionary[LeaseStore, tuple[str, dict[str, Any]]] = \
+    weakref.WeakKeyDictionary()
+#: store -> whether its leases go to the keeper (decided once, logged once).
+_decided: weakref.WeakKeyDictionary[LeaseStore, bool] = weakref.WeakKeyDictionary()
+
+
+class Renewer(Protocol):
+    """What keeps a lease renewed: the keeper, or the in-process heartbeat."""
+
+    def add(self, lease: Lease, store: LeaseStore, interval: float, *,
+            armed: bool = False) -> None: ...
+
+    def remove(self, lease: Lease) -> None: ...
+
+
+def remember_source(store: LeaseStore, url: str, options: dict[str, Any]) -> None:
+    """``connect()`` notes how ``store`` was opened, so the keeper can open it
+    too. Options that do not survive JSON (an SSL context, say) leave the
+    store in process."""
+    try:
+        json.dumps(options)
+    except (TypeError, ValueError):
+        return
+    _sources[store] = (url, dict(options))
+
+
+def keeps(store: LeaseStore) -> bool:
+    """Whether ``store``'s leases go to the keeper; decided and logged once."""
+    decided = _decided.get(store)
+    if decided is not None:
+        return decided
+    why = _why_in_process(store)
+    _decided[store] = why is None
+    if why is not None:
+        log.info("lease store %s: renewals stay in this process (%s); a job call that keeps "
+                 "the GIL longer than ttl - margin - heartbeat then loses its lease",
+                 store.url, why)
+    return why is None
+
+
+def _why_in_process(store: LeaseStore) -> str | None:
+    if os.environ.get(ENV_SWITCH, "").strip().lower() in ("0", "off", "no", "false"):
+        return f"${ENV_SWITCH} is off"
+    if store not in _sources:
+        return "it cannot be opened in a second process (memory://, or built from a client object)"
+    if not kernel.available():
+        return f"no keeper on {sys.platform}: it needs Linux's pidfd, timer_create and F_SETSIG"
+    return None
+
+
+class Keeper:
+    """The job's handle on its keeper process: spawned with the first lease,
+    replaced if it dies. Thread-safe; one per process (``get_keeper``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._read_lock = threading.RLock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._out = -1   # our end of the keeper's stdin
+        self._in = -1    # our end of its stdout (non-blocking)
+        self._death = -1  # the death pipe's read end (see kernel)
+        self._store_ids: dict[int, int] = {}
+        self._leases: dict[int, tuple[Lease, bool, int]] = {}  # id -> lease, armed, generation
+        self._stores: dict[int, LeaseStore] = {}  # lease id -> its store
+        #: Stores the keeper has opened (it said ``ready``), and the leases
+        #: taken before that, which this process's heartbeat renews too until
+        #: the keeper's first renewal of each: a keeper still starting (its
+        #: interpreter, the store's driver, a connection: a few hundred ms)
+        #: must not cost a lease with a short ttl its first window.
+        self._ready: set[int] = set()
+        self._bridged: set[int] = set()
+        self._ids = itertools.count(1)
+        self._armed = 0
+        self._buffer = b""
+        self._frozen = threading.Event()
+        self._stopping = False
+        self._reader: threading.Thread | None = None
+        self._broken = False  # the keeper could not be started: all stays in process
+        self._generation = 0
+        self.renewals = 0  # renewals the keeper reported, for benchmarks
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    # -- what the lock calls ----------------------------------------------------
+    def add(self, lease: Lease, store: LeaseStore, interval: float, *,
+            armed: bool = False) -> None:
+        url, options = _sources[store]
+        with self._lock:
+            self._ensure_running()
+            sid = self._store_ids.get(id(store))
+            lines = []
+            if sid is None:
+                sid = self._store_ids[id(store)] = len(self._store_ids) + 1
+                lines.append({"op": "store", "id": sid, "url": url, "options": options,
+                              "masked": store.url, "batch": store.batch_renewals})
+            lid = next(self._ids)
+            lease.keeper_id = lid
+            lease.sync = self.sync
+            self._leases[lid] = (lease, armed, self._generation)
+            self._stores[lid] = store
+            if sid not in self._ready or self._broken:
+                self._bridged.add(lid)
+                get_heartbeat().add(lease, store, interval, on_renewed=self._bridged_renewal,
+                                    records_loss=self._proc is None)
+            lines.append({"op": "add", "id": lid, "store": sid, "key": lease.key,
+                          "holder": lease.holder, "token": lease.token, "secret": lease.secret,
+                          "ttl": lease.ttl, "margin": lease.margin, "grace": lease.grace,
+                          "interval": interval, "started": lease.attempt_started,
+                          "trusted_until": lease.trusted_until, "armed": armed})
+            self._send(lines)
+            if armed:
+                self._armed += 1
+                if self._armed == 1:
+                    self._set_death_pipe(True)
+
+    def remove(self, lease: Lease) -> None:
+        """Stop keeping ``lease``: said before the caller releases it in the
+        store, so the keeper never takes that release for a refused renewal
+        of a healthy lease."""
+        with self._lock:
+            entry = self._leases.pop(lease.keeper_id, None)
+            self._stores.pop(lease.keeper_id, None)
+            if entry is None:
+                return
+            if lease.keeper_id in self._bridged:
+                self._bridged.discard(lease.keeper_id)
+                get_heartbeat().remove(lease)
+            self._send([{"op": "drop", "id": lease.keeper_id}])
+            if entry[1] and entry[2] == self._generation:
+                self._armed -= 1
+                if self._armed == 0:
+                    self._set_death_pipe(False)
+
+    def _bridged_renewal(self, lease: Lease, started: float) -> None:
+        """Our heartbeat renewed a lease the keeper is still taking over: the
+        keeper's trust window must count that renewal too."""
+        with self._lock:
+            if lease.keeper_id in self._bridged:
+                self._send([{"op": "renewed", "id": lease.keeper_id, "started": started}])
+
+    def held(self) -> list[tuple[Lease, LeaseStore]]:
+        """Every lease the keeper keeps for us, with its store."""
+        with self._lock:
+            return [(entry[0], self._stores[lid]) for lid, entry in self._leases.items()]
+
+    def sync(self) -> None:
+        """Read what the keeper has said so far, without waiting: a job that
+        was busy judges its trust window on the keeper's latest renewal."""
+        self._pump(0)
+
+    def end_tree(self, deadline: float, known: set[int]) -> bool:
+        """The job's ladder is done: ask the keeper to freeze every process
+        the job started, and those in ``known`` (seen below the job when the
+        ladder began: a stop hook may have orphaned them since), which it
+        ends once the job has exited; wait for its word until ``deadline``.
+        False if it did not answer in time."""
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                return False
+            self._stopping = True
+            self._send([{"op": "end", "known": sorted(known - {self._proc.pid})}])
+        while not self._frozen.is_set():
+            remaining = deadline - now()
+            if remaining <= 0:
+                return False
+            if threading.current_thread() is self._reader:
+                if not self._pump(remaining):
+                    return False  # the keeper is gone
+            else:
+                self._frozen.wait(remaining)
+        return True
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    # -- the keeper process -----------------------------------------------------
+    def _ensure_running(self) -> None:
+        """Start a keeper if none runs (with ``self._lock`` held). Only the
+        spawn is waited for, not the keeper's start (its imports, the store's
+        driver, a connection): until it has the store open, the leases are
+        renewed in this process too (they are bridged: see ``_ready``). The
+        spawn cannot go to a thread: a job that keeps the GIL from its first
+        hold on would never let that thread run."""
+        if self._broken or (self._proc is not None and self._proc.poll() is None):
+            return
+        self._close_fds()
+        self._generation += 1  # the old keeper's reader reports its own leases lost
+        self._store_ids.clear()
+        self._ready.clear()
+        self._armed = 0
+        self._spawn(self._generation)
+
+    def _spawn(self, generation: int) -> None:
+        death_read, death_write = os.pipe()
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "lease_integrations.core.keeper"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(death_write,),
+                start_new_session=True, env=env, close_fds=True)
+        except OSError as exc:  # the leases stay renewed in this process
+            os.close(death_read)
+            log.error("could not start the lease keeper (%s): renewals stay in this process, "
+                      "and a job call that keeps the GIL can lose its lease", exc)
+            self._broken = True
+            return
+        finally:
+            os.close(death_write)
+        assert proc.stdin is not None and proc.stdout is not None
+        self._proc, self._out, self._in = proc, proc.stdin.fileno(), proc.stdout.fileno()
+        self._death = death_read
+        os.set_blocking(self._in, False)
+        kernel.widen_pipe(self._out)
+        kernel.prepare_death_pipe(death_read)
+        self._send([{"op": "hello", "job": os.getpid(), "death_fd": death_write,
+                     "log_level": logging.getLogger("lease_integrations").getEffectiveLevel()}])
+        self._reader = threading.Thread(target=self._read_loop, args=(proc, generation),
+                                        name="lease-keeper-reader", daemon=True)
+        self._reader.start()
+
+    def _send(self, messages: list[dict[str, Any]]) -> None:
+        data = "".join(json.dumps(m, separators=(",", ":")) + "\n" for m in messages).encode()
+        try:
+            while data:
+                data = data[os.write(self._out, data):]
+        except OSError:  # the keeper is gone: the reader reports its leases lost
+            pass
+
+    def _set_death_pipe(self, armed: bool) -> None:
+        if self._death >= 0:
+            kernel.set_death_pipe(self._death, armed)
+
+    def _read_loop(self, proc: subprocess.Popen[bytes], generation: int) -> None:
+        while self._pump(None):
+            pass
+        code = proc.wait()
+        with self._lock:
+            gone = [lid for lid, entry in self._leases.items() if entry[2] == generation]
+            leases = [self._leases.pop(lid)[0] for lid in gone]
+            for lid in gone:
+                self._stores.pop(lid, None)
+                self._bridged.discard(lid)
+            if self._proc is proc:
+                self._armed = 0
+                self._set_death_pipe(False)
+        for lease in leases:
+            lease.mark_lost(f"the lease keeper (pid {proc.pid}) exited with status {code}: "
+                            "nothing renews the lease any more")
+
+    def _pump(self, timeout: float | None) -> bool:
+        """Read and act on what the keeper said, waiting up to ``timeout``
+        (None: until it says something). False once it is gone."""
+        fd = self._in
+        if fd < 0:
+            return False
+        try:
+            ready, _, _ = select.select([fd], [], [], timeout)
+        except (OSError, ValueError):
+            return False
+        if not ready:
+            return True
+        with self._read_lock:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return True  # another thread read it first
+            except OSError:
+                return False
+            if not chunk:
+                return False
+            lines = (self._buffer + chunk).split(b"\n")
+            self._buffer = lines.pop()
+            for line in lines:
+                self._dispatch(json.loads(line))
+        return True
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        op = message["op"]
+        if op == "renewed":
+            self.renewals += len(message["leases"])
+            for lid, started in message["leases"]:
+                entry = self._leases.get(lid)
+                if entry is not None:
+                    entry[0].renewed(started)
+                    if lid in self._bridged:  # the keeper has it now: ours stops
+                        self._bridged.discard(lid)
+                        get_heartbeat().remove(entry[0])
+        elif op == "ready":
+            self._ready.add(message["store"])
+        elif op == "lost" and not self._stopping:
+            entry = self._leases.get(message["id"])
+            if entry is not None:
+                entry[0].stop_at = message["stop_at"]
+                entry[0].mark_lost(message["reason"])
+        elif op == "renew_failed":
+            entry = self._leases.get(message["id"])
+            if entry is not None:
+                entry[0].renew_failed(message["error"], message["type"])
+        elif op == "frozen":
+            self._frozen.set()
+
+    def _close_fds(self) -> None:
+        """Close our ends of a keeper that is gone (or, in a forked child,
+        of the parent's keeper: the keeper watches the parent itself, not
+        these pipes)."""
+        if self._proc is not None:
+            for stream in (self._proc.stdin, self._proc.stdout):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
+        if self._death >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._death)
+        self._out = self._in = self._death = -1
+
+
+_keeper: Keeper | None = None
+_keeper_lock = threading.Lock()
+
+
+def get_keeper() -> Keeper:
+    global _keeper
+    keeper = _keeper
+    if keeper is not None:
+        return keeper
+    with _keeper_lock:
+        if _keeper is None:
+            _keeper = Keeper()
+        return _keeper
+
+
+def keeper_pid() -> int | None:
+    """The pid of this process's keeper, if it has one: the in-process
+    ladder must not freeze it with the job's own children."""
+    return _keeper.pid if _keeper is not None and _keeper.alive() else None
+
+
+def _after_fork() -> None:
+    global _keeper, _keeper_lock
+    if _keeper is not None:
+        _keeper._close_fds()  # the child keeps none of its parent's leases
+    _keeper, _keeper_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+__all__ = ["ENV_SWITCH", "Keeper", "Renewer", "get_keeper", "keeper_pid", "keeps",
+           "remember_source"]
