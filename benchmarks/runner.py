@@ -19,6 +19,7 @@ from . import (
     cluster_renewals,
     extras,
     handover,
+    keeper_costs,
     local_servers,
     machine,
     many_keys,
@@ -109,6 +110,14 @@ def many_table(results: list[dict[str, Any]]) -> str:
                   "job sends/s", "cpu us/renewal", "min trust s", "lost", "note"], rows)
 
 
+def keeper_costs_table(results: list[dict[str, Any]]) -> str:
+    rows = [[r["url_scheme"], r.get("first_hold_ms"), r.get("first_hold_ms_no_keeper"),
+             r.get("keeper_ready_ms"), r.get("keeper_rss_mib"), r["runs"]] for r in results]
+    return table("The keeper process: first hold in a fresh process, medians",
+                 ["store", "first hold ms", "same, LEASE_KEEPER=off", "keeper has the store (ms)",
+                  "keeper RSS MiB", "runs"], rows)
+
+
 def orch_table(results: list[dict[str, Any]]) -> str:
     rows = []
     for r in results:
@@ -186,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
             results_m = many_keys.run(urls["redis"], 1000, 1 if quick else 3, log, with_prl=not quick)
             res["many_keys"] = results_m
             show(many_table(results_m))
+            costs = [keeper_costs.run(urls[k], 3 if quick else 7, log)
+                     for k in ("redis", "sqlite") if k in urls]
+            res["keeper_costs"] = costs
+            show(keeper_costs_table(costs))
         if "cluster" in sections:  # its own three-node cluster, stopped when the section ends
             try:
                 with local_servers.redis_cluster() as cluster_url:

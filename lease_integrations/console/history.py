@@ -37,14 +37,16 @@ def run_history(store: LeaseStore, args: argparse.Namespace) -> int:
     except CorruptRecord as exc:  # the events may still read: show them
         record, unreadable = None, exc
     events = store.history(args.key, args.n)
-    if record is None and unreadable is None and not events:
+    bad_events = list(getattr(events, "unreadable", ()))
+    if record is None and unreadable is None and not events and not bad_events:
         raise exits.not_found(f"no lease {args.key!r} in {store.url}")
-    code = exits.OK if unreadable is None else exits.UNREADABLE
+    code = exits.OK if unreadable is None and not bad_events else exits.UNREADABLE
     if args.json:
         current = (unreadable_json(unreadable) if unreadable is not None
                    else record_json(record) if record else None)
         emit_json({"store": store.url, "key": args.key, "current": current,
-                   "events": [event_json(e) for e in events]})
+                   "events": [event_json(e) for e in events],
+                   "unreadable_events": [unreadable_json(e) for e in bad_events]})
         return code
     emit(f"history of {args.key!r} in {store.url} (last {len(events)} event(s), oldest first)")
     if events:
@@ -54,6 +56,8 @@ def run_history(store: LeaseStore, args: argparse.Namespace) -> int:
         emit("timeline:")
         for line in timeline(events):
             emit(f"  {line}")
+    for error in bad_events:
+        emit(f"UNREADABLE event: {error}")
     if record is not None:
         if record.holder is None:
             now = f"released (last token {record.token})"

@@ -195,17 +195,17 @@ def dumps(value: Any) -> str:
     try:
         return json.dumps(value, indent=2, sort_keys=False, default=str, allow_nan=False)
     except ValueError:
-        return json.dumps(_finite(value), indent=2, sort_keys=False, default=str,
+        return json.dumps(finite_json(value), indent=2, sort_keys=False, default=str,
                           allow_nan=False)
 
 
-def _finite(value: Any) -> Any:
+def finite_json(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [finite_json(v) for v in value]
     return value
 
 

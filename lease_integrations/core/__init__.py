@@ -20,7 +20,7 @@ from .failstop import LEASE_LOST_EXIT_STATUS, stop_hook
 from .lease import Lease
 from .lock import LeaseLock
 from .record import AcquireResult, LeaseRecord
-from .store import LeaseEvent, LeaseStore, RecordList
+from .store import EventList, LeaseEvent, LeaseStore, RecordList
 from .text import printable
 from .validation import (
     ON_BUSY_POLICIES,
@@ -40,6 +40,7 @@ __all__ = [
     "AcquireResult",
     "ConfigurationError",
     "CorruptRecord",
+    "EventList",
     "Lease",
     "LeaseBusy",
     "LeaseError",

@@ -11,7 +11,8 @@ Input:
 - ``events``: the key's history as the store recorded it (``store.history(key,
   HISTORY_LIMIT)``: ``LeaseEvent``s, oldest first, on the store's clock);
 - ``writes``: your fenced writes, in the order the resource decided them, as
-  ``FencedWrite(token, accepted, at)`` (``at`` optional);
+  ``FencedWrite(token, accepted, at, sent)`` (``at``: when the resource
+  decided it; ``sent``: when the holder sent it; both optional);
 - ``holds`` (optional): the intervals in which holders trusted their lease,
   from their own logs (``Hold(token, start, end)``, all on one clock);
 - ``ttl``: the shortest ttl the key was acquired with (optional);
@@ -37,15 +38,28 @@ What can be judged, and what cannot:
 - **No accepted stale write** (``stale-write``): an accepted write whose token
   is older than one the resource already accepted; and (``unknown-token``) an
   accepted write whose token was never granted, when the history covers it.
+- **Writes in their grant** (``early-write``): an accepted write of token n
+  stamped (``at`` or ``sent``) more than ``drift`` before token n was granted.
+- **Takeovers** (``took-over``): a grant whose ``took_over`` names a token
+  that was not the newest grant, or one already released or broken.
 - **No overlapping trust** (``late-write``, ``overlap``): renewals are not
   recorded, so when a holder *stopped* trusting its lease cannot be read from
   the store's history. What can be judged: an accepted write of token n
-  stamped (``at``) more than ``drift`` after token m > n was granted is work of
-  holder n after another holder's grant; with ``holds``, two holders' trust
-  intervals overlapping by more than ``drift``. After an operator's break
-  (a ``broken`` event) such an overlap is expected — the break takes the lease
-  away at once and its holder stops at its next renewal, so only the fence
-  protects that window — and is listed in ``notes``, not as a violation.
+  *sent* more than ``drift`` after token m > n was granted is work of holder n
+  after another holder's grant; with ``holds``, two grants' trust intervals
+  overlapping by more than ``drift`` (holds of one token are one grant: the
+  DAG-run lease's keeper and its tasks adopt one lease, at once or one after
+  another). After an operator's break (a ``broken`` event) such an overlap is
+  expected — the break takes the lease away at once and its holder stops at
+  its next renewal, so only the fence protects that window — and is listed in
+  ``notes``, not as a violation.
+- **Hazards, not violations** (``in-flight-write``): an accepted write of
+  token n *decided* (``at``) after token m > n was granted, before any write
+  of a newer token was accepted, with no ``sent`` after that grant. The
+  protocol permits it (proof/lease.pml models writes in flight: the old
+  holder stopped before the grant, its write landed after) and the fence
+  refuses such a write only once the new holder has written; a side effect
+  outside the fence is not protected in that window. Listed in ``hazards``.
 - **Not judged**: whether a holder kept to its trust window (its renewals and
   clock rate are not recorded), refused attempts, and anything before the
   oldest event the store kept. ``notes`` says when the history looks trimmed.
@@ -58,7 +72,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from .store import LeaseEvent
+from .store import TOOK_OVER, LeaseEvent
 
 __all__ = ["FencedWrite", "HistoryReport", "Hold", "Violation", "check_history"]
 
@@ -70,23 +84,29 @@ Time = datetime | float
 class FencedWrite:
     """One write your fenced resource decided: ``accepted`` False when the
     fence refused it (``StaleToken``). ``at``: when it was decided, on a clock
-    within ``drift`` of the store's (e.g. the database's ``now()``), or None."""
+    within ``drift`` of the store's (e.g. the database's ``now()``), or None;
+    ``sent``: when the holder sent it, on such a clock, or None. A write can
+    land long after it was sent: only ``sent`` shows when its holder acted."""
 
     token: int
     accepted: bool
     at: Time | None = None
+    sent: Time | None = None
 
 
 @dataclass(frozen=True)
 class Hold:
     """An interval in which a holder trusted its lease of ``token``, from its
     own log (e.g. ``time.monotonic()`` on one host at acquire and at release
-    or loss). All holds given to one check must share a clock."""
+    or loss). All holds given to one check must share a clock. ``adopted``:
+    the holder was handed the lease (``hold_adopted``: a DAG-run lease's
+    tasks), not granted it; its hold is part of that token's one grant."""
 
     token: int
     start: Time
     end: Time
     holder: str | None = None
+    adopted: bool = False
 
 
 @dataclass(frozen=True)
@@ -107,7 +127,9 @@ class Violation:
 class HistoryReport:
     """The verdict: ``ok`` when no rule was broken. ``violations`` in the order
     found (the first one is usually the cause of the rest); ``notes`` name what
-    was explained (overlaps after a break) or could not be judged."""
+    was explained (overlaps after a break) or could not be judged;
+    ``hazards`` what the protocol permits but an unfenced side effect would
+    not survive (``in-flight-write``): they do not make the report fail."""
 
     key: str | None = None
     grants: int = 0
@@ -115,6 +137,7 @@ class HistoryReport:
     writes_refused: int = 0
     violations: list[Violation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    hazards: list[Violation] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -136,6 +159,7 @@ class HistoryReport:
         if self.violations:
             lines.append(f"first violation: {self.violations[0]}")
             lines += [f"  {v}" for v in self.violations[1:]]
+        lines += [f"hazard: {h}" for h in self.hazards]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -168,7 +192,10 @@ def check_history(
         key = evs[0].key
     report = HistoryReport(key=key)
     _check_events(evs, report, ttl, drift, history_limit)
-    grants = {e.token: e for e in evs if e.kind == "acquired"}
+    grants: dict[int, LeaseEvent] = {}
+    for e in evs:
+        if e.kind == "acquired":
+            grants.setdefault(e.token, e)  # a token's first grant
     broken = {e.token for e in evs if e.kind == "broken" and e.holder is not None}
     _check_writes(list(writes), grants, broken, report, drift)
     _check_holds(list(holds), broken, report, drift)
@@ -204,6 +231,15 @@ def _check_events(evs: Sequence[LeaseEvent], report: HistoryReport, ttl: float |
                 report.violations.append(Violation(
                     "token-order", f"token {e.token} granted to {e.holder} at {_fmt(e.at)} after "
                     f"token {current.token} (tokens must rise)", (current.token, e.token)))
+            took = e.detail.get(TOOK_OVER) if isinstance(e.detail, dict) else None
+            if isinstance(took, dict) and current is not None \
+                    and (took.get("token") != current.token or ended):
+                report.violations.append(Violation(
+                    "took-over", f"token {e.token} granted to {e.holder} at {_fmt(e.at)} took "
+                    f"over token {took.get('token')}, but the newest grant was token "
+                    f"{current.token}" + (", already released or broken" if ended
+                                          and took.get("token") == current.token else ""),
+                    (current.token, e.token)))
             if current is not None and not ended and ttl is not None:
                 earliest = _seconds(current.at) + ttl
                 if _seconds(e.at) < earliest - drift:
@@ -257,33 +293,68 @@ def _check_writes(writes: list[FencedWrite], grants: dict[int, LeaseEvent], brok
             report.violations.append(Violation(
                 "unknown-token", f"the resource accepted a write with token {w.token}, which the "
                 "history never granted", (w.token,)))
-        if w.at is not None:
-            newer = [g for t, g in grants.items() if t > w.token
-                     and _seconds(g.at) + drift < _seconds(w.at)]
-            if newer:
-                first = min(newer, key=lambda g: g.token)
-                text = (f"token {w.token} wrote at {_fmt(w.at)}, "
-                        f"{_seconds(w.at) - _seconds(first.at):.3f} s after token {first.token} "
-                        f"was granted to {first.holder} at {_fmt(first.at)}")
-                if w.token in broken:
-                    report.notes.append(f"{text}; token {w.token} had been broken by an operator "
-                                        "(expected: only the fence protects that window)")
-                else:
-                    report.violations.append(Violation("late-write", text, (w.token, first.token)))
+        own = grants.get(w.token)
+        stamped = [t for t in (w.sent, w.at) if t is not None]
+        if own is not None and stamped and _seconds(min(stamped, key=_seconds)) \
+                < _seconds(own.at) - drift:
+            first_stamp = min(stamped, key=_seconds)
+            report.violations.append(Violation(
+                "early-write", f"the resource accepted a write with token {w.token} stamped "
+                f"{_fmt(first_stamp)}, {_seconds(own.at) - _seconds(first_stamp):.3f} s before "
+                f"token {w.token} was granted to {own.holder} at {_fmt(own.at)}", (w.token,)))
+        for stamp, rule in ((w.sent, "late-write"), (w.at, "in-flight-write")):
+            first = _first_newer_grant(grants, w.token, stamp, drift)
+            if first is None:
+                continue
+            text = (f"token {w.token}'s write {'sent' if rule == 'late-write' else 'decided'} at "
+                    f"{_fmt(stamp)}, {_seconds(stamp) - _seconds(first.at):.3f} s "  # type: ignore[arg-type]
+                    f"after token {first.token} was granted to {first.holder} at {_fmt(first.at)}")
+            if w.token in broken:
+                report.notes.append(f"{text}; token {w.token} had been broken by an operator "
+                                    "(expected: only the fence protects that window)")
+            elif rule == "late-write":
+                report.violations.append(Violation(rule, text, (w.token, first.token)))
+            else:
+                report.hazards.append(Violation(
+                    rule, f"{text}, before any write of a newer token: a write in flight when "
+                    "the next grant came, which the protocol permits and the fence refuses only "
+                    "once the new holder writes (give 'sent' to judge when it was sent)",
+                    (w.token, first.token)))
+            break
         if highest is None or w.token > highest.token:
             highest = w
 
 
+def _first_newer_grant(grants: dict[int, LeaseEvent], token: int, stamp: Time | None,
+                       drift: float) -> LeaseEvent | None:
+    """The oldest grant of a token above ``token`` made more than ``drift``
+    before ``stamp``, or None."""
+    if stamp is None:
+        return None
+    newer = [g for t, g in grants.items() if t > token and _seconds(g.at) + drift < _seconds(stamp)]
+    return min(newer, key=lambda g: g.token, default=None)
+
+
 def _check_holds(holds: list[Hold], broken: set[int], report: HistoryReport, drift: float) -> None:
     ordered = sorted(holds, key=lambda h: _seconds(h.start))
+    granted: dict[int, Hold] = {}
+    for h in ordered:
+        first = granted.setdefault(h.token, h) if not h.adopted else h
+        if first is not h:
+            report.violations.append(Violation(
+                "token-order", f"token {h.token} granted twice: {first.holder or 'a holder'} "
+                f"began trusting it at {_fmt(first.start)} and {h.holder or 'a holder'} at "
+                f"{_fmt(h.start)}, neither adopting it", (h.token,)))
     for a, b in itertools.pairwise(ordered):
-        if b.token <= a.token:
+        if b.token < a.token:
             report.violations.append(Violation(
                 "token-order", f"{b.holder or 'a holder'} began trusting token {b.token} at "
                 f"{_fmt(b.start)}, after {a.holder or 'a holder'} began trusting token {a.token} "
                 f"at {_fmt(a.start)} (tokens must rise)", (a.token, b.token)))
     for i, a in enumerate(ordered):
         for b in ordered[i + 1:]:
+            if b.token == a.token and (a.adopted or b.adopted):
+                continue  # adopters of one grant (the DAG-run lease): one grant, one trust
             if _seconds(b.start) >= _seconds(a.end) - drift:
                 if _seconds(b.start) >= _seconds(a.end):
                     break  # sorted by start: later ones start later still (ends may vary)

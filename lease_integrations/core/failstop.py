@@ -119,7 +119,10 @@ def _stop_with_keeper(lease: Lease, callbacks: list[LostCallback], keeper: Any) 
         min(now(), lease.trusted_until) + KEEPER_STOP_BEGINS * lease.margin - lease.grace)
     try:
         started_with = descendants()  # a stop hook may orphan some (BashOperator's on_kill)
-        _steps_before_the_kill(lease, callbacks, None, deadline, release_kept=False)
+        # The last tenth of the margin is the keeper's answer: asked later,
+        # it has begun the hard stop, and the job ends by SIGKILL, not 75.
+        _steps_before_the_kill(lease, callbacks, None, deadline - lease.margin / 10,
+                               release_kept=False)
         keeper.end_tree(deadline, started_with)
     finally:
         os._exit(LEASE_LOST_EXIT_STATUS)

@@ -57,6 +57,8 @@ log = logging.getLogger("lease_integrations.keeper")
 STOP_BEGINS = 0.7
 #: ...the keeper's own kernel timer fires this share after it.
 TIMER_SHARE = 0.9
+#: Seconds the keeper lets the job's messages gather before reading them.
+COALESCE = 0.005
 
 
 class JobStopped(StoreUnavailable):
@@ -229,10 +231,31 @@ class Keeper:
                 return False
             lines = (self._buffer + chunk).split(b"\n")
             self._buffer = lines.pop()
+            # A hold that ended before we read it (most short ones): its add
+            # and drop cancel out, and cost us nothing more.
+            dropped = {line[2:] for line in lines if line[:2] == b"d "}
+            gone = {line.split(b" ", 2)[1] for line in lines
+                    if line[:2] == b"a " and line.split(b" ", 2)[1] in dropped}
             for line in lines:
-                if line:
+                if line[:2] in (b"a ", b"d ") and line.split(b" ", 2)[1] in gone:
+                    continue
+                if line[:2] == b"a ":
+                    self._add_line(line)
+                elif line[:2] == b"d ":
+                    self.apply({"op": "drop", "id": int(line[2:])})
+                elif line:
                     self.apply(json.loads(line))
             return True
+
+    def _add_line(self, line: bytes) -> None:
+        """The job's one-line ``add`` (see ``keeper_client.Keeper.add``)."""
+        (_, lid, sid, token, ttl, margin, grace, interval, started, trusted, armed, key,
+         secret, holder) = line.decode().split(" ", 13)
+        self._add({"id": int(lid), "store": int(sid), "token": int(token), "ttl": float(ttl),
+                   "margin": float(margin), "grace": float(grace),
+                   "interval": float(interval), "started": float(started),
+                   "trusted_until": float(trusted), "armed": armed == "1", "key": key,
+                   "secret": secret, "holder": holder})
 
     def drain(self) -> None:
         with self._inbox:
@@ -434,9 +457,22 @@ class Keeper:
 
     def job_gone(self) -> None:
         """The job died (or closed our stdin): stop renewing at once. Its
-        leases expire: one it held may still be used by a process it started."""
+        leases expire: one it held may still be used by a process it started.
+        If it died of a loss (its ladder ended it, perhaps before we had read
+        its request), what it started is ended first: seen below it when the
+        loss was known, those processes belong to init now."""
         if self.stopping:
             threading.Event().wait()  # the stopper finishes and exits
+        self.drain()  # its last words: an "end" with the processes it saw
+        with self._cond:
+            lost = bool(self._stops) or self._end_requested
+            self.stopping = lost
+        if lost:
+            grace = max((lease.grace for lease in self.leases.values() if lease.armed),
+                        default=0.0)
+            self._end({pid for pid in self._known if not is_gone(process_state(pid))}
+                      - {self.me}, grace)
+            self._release_others()
         _flush()
         os._exit(0)
 
@@ -491,8 +527,13 @@ def main() -> None:
         ready, _, _ = select.select([0, pidfd], [], [])
         if pidfd in ready:
             keeper.job_gone()
-        if 0 in ready and not keeper.read(0):
-            keeper.job_gone()
+        if 0 in ready:
+            # Let a burst of acquires and releases gather: read together, a
+            # hold that already ended costs nothing (see ``read``). Renewals
+            # are due a heartbeat later; a verdict reads at once (``drain``).
+            select.select([], [], [], COALESCE)
+            if not keeper.read(0):
+                keeper.job_gone()
 
 
 if __name__ == "__main__":

@@ -107,7 +107,8 @@ class Keeper:
         self._out = -1   # our end of the keeper's stdin
         self._in = -1    # our end of its stdout (non-blocking)
         self._death = -1  # the death pipe's read end (see kernel)
-        self._store_ids: dict[int, int] = {}
+        #: store -> the keeper's id for it (weak: an id() could be reused)
+        self._store_ids: weakref.WeakKeyDictionary[LeaseStore, int] = weakref.WeakKeyDictionary()
         self._leases: dict[int, tuple[Lease, bool, int]] = {}  # id -> lease, armed, generation
         self._stores: dict[int, LeaseStore] = {}  # lease id -> its store
         #: Stores the keeper has opened (it said ``ready``), and the leases
@@ -124,6 +125,7 @@ class Keeper:
         self._stopping = False
         self._reader: threading.Thread | None = None
         self._broken = False  # the keeper could not be started: all stays in process
+        self._death_flags = 0
         self._generation = 0
         self.renewals = 0  # renewals the keeper reported, for benchmarks
 
@@ -134,15 +136,8 @@ class Keeper:
     # -- what the lock calls ----------------------------------------------------
     def add(self, lease: Lease, store: LeaseStore, interval: float, *,
             armed: bool = False) -> None:
-        url, options = _sources[store]
         with self._lock:
-            self._ensure_running()
-            sid = self._store_ids.get(id(store))
-            lines = []
-            if sid is None:
-                sid = self._store_ids[id(store)] = len(self._store_ids) + 1
-                lines.append({"op": "store", "id": sid, "url": url, "options": options,
-                              "masked": store.url, "batch": store.batch_renewals})
+            sid = self._prepare(store)
             lid = next(self._ids)
             lease.keeper_id = lid
             lease.sync = self.sync
@@ -152,12 +147,19 @@ class Keeper:
                 self._bridged.add(lid)
                 get_heartbeat().add(lease, store, interval, on_renewed=self._bridged_renewal,
                                     records_loss=self._proc is None)
-            lines.append({"op": "add", "id": lid, "store": sid, "key": lease.key,
-                          "holder": lease.holder, "token": lease.token, "secret": lease.secret,
-                          "ttl": lease.ttl, "margin": lease.margin, "grace": lease.grace,
-                          "interval": interval, "started": lease.attempt_started,
-                          "trusted_until": lease.trusted_until, "armed": armed})
-            self._send(lines)
+            if "\n" in lease.holder:  # never from us; an adopted record's, perhaps
+                self._send([{"op": "add", "id": lid, "store": sid, "key": lease.key,
+                             "holder": lease.holder, "token": lease.token,
+                             "secret": lease.secret, "ttl": lease.ttl, "margin": lease.margin,
+                             "grace": lease.grace, "interval": interval,
+                             "started": lease.attempt_started,
+                             "trusted_until": lease.trusted_until, "armed": armed}])
+            else:  # one line, no JSON: this runs on every acquire
+                self._write(
+                    f"a {lid} {sid} {lease.token} {lease.ttl!r} {lease.margin!r} "
+                    f"{lease.grace!r} {interval!r} {lease.attempt_started!r} "
+                    f"{lease.trusted_until!r} {int(armed)} {lease.key} {lease.secret} "
+                    f"{lease.holder}\n".encode())
             if armed:
                 self._armed += 1
                 if self._armed == 1:
@@ -175,11 +177,28 @@ class Keeper:
             if lease.keeper_id in self._bridged:
                 self._bridged.discard(lease.keeper_id)
                 get_heartbeat().remove(lease)
-            self._send([{"op": "drop", "id": lease.keeper_id}])
+            self._write(b"d %d\n" % lease.keeper_id)
             if entry[1] and entry[2] == self._generation:
                 self._armed -= 1
                 if self._armed == 0:
                     self._set_death_pipe(False)
+
+    def prepare(self, store: LeaseStore) -> None:
+        """Start the keeper and have it open ``store`` now, when a lock on it
+        is made: the first hold then pays neither the spawn nor the wait."""
+        with self._lock:
+            self._prepare(store)
+
+    def _prepare(self, store: LeaseStore) -> int:
+        """The keeper's id for ``store`` (told of it once), ``_lock`` held."""
+        self._ensure_running()
+        sid = self._store_ids.get(store)
+        if sid is None:
+            url, options = _sources[store]
+            sid = self._store_ids[store] = next(self._ids)
+            self._send([{"op": "store", "id": sid, "url": url, "options": options,
+                         "masked": store.url, "batch": store.batch_renewals}])
+        return sid
 
     def _bridged_renewal(self, lease: Lease, started: float) -> None:
         """Our heartbeat renewed a lease the keeper is still taking over: the
@@ -264,7 +283,7 @@ class Keeper:
         self._death = death_read
         os.set_blocking(self._in, False)
         kernel.widen_pipe(self._out)
-        kernel.prepare_death_pipe(death_read)
+        self._death_flags = kernel.prepare_death_pipe(death_read)
         self._send([{"op": "hello", "job": os.getpid(), "death_fd": death_write,
                      "log_level": logging.getLogger("lease_integrations").getEffectiveLevel()}])
         self._reader = threading.Thread(target=self._read_loop, args=(proc, generation),
@@ -272,7 +291,10 @@ class Keeper:
         self._reader.start()
 
     def _send(self, messages: list[dict[str, Any]]) -> None:
-        data = "".join(json.dumps(m, separators=(",", ":")) + "\n" for m in messages).encode()
+        self._write("".join(json.dumps(m, separators=(",", ":")) + "\n"
+                            for m in messages).encode())
+
+    def _write(self, data: bytes) -> None:
         try:
             while data:
                 data = data[os.write(self._out, data):]
@@ -281,7 +303,7 @@ class Keeper:
 
     def _set_death_pipe(self, armed: bool) -> None:
         if self._death >= 0:
-            kernel.set_death_pipe(self._death, armed)
+            kernel.set_death_pipe(self._death, armed, self._death_flags)
 
     def _read_loop(self, proc: subprocess.Popen[bytes], generation: int) -> None:
         while self._pump(None):

@@ -96,18 +96,17 @@ class KillTimer:
         self.armed_at = at
 
 
-def prepare_death_pipe(read_fd: int) -> None:
+def prepare_death_pipe(read_fd: int) -> int:
     """Make the kernel SIGKILL this process, not send SIGIO, when ``read_fd``
-    becomes readable (its writer died), once ``set_death_pipe`` arms it."""
+    becomes readable (its writer died), once ``set_death_pipe`` arms it.
+    Returns the fd's flags, which ``set_death_pipe`` then sets in one call."""
     fcntl.fcntl(read_fd, fcntl.F_SETOWN, os.getpid())
     fcntl.fcntl(read_fd, F_SETSIG, signal.SIGKILL)
+    return fcntl.fcntl(read_fd, fcntl.F_GETFL) & ~os.O_ASYNC
 
 
-def set_death_pipe(read_fd: int, armed: bool) -> None:
-    flags = fcntl.fcntl(read_fd, fcntl.F_GETFL)
-    wanted = flags | os.O_ASYNC if armed else flags & ~os.O_ASYNC
-    if wanted != flags:
-        fcntl.fcntl(read_fd, fcntl.F_SETFL, wanted)
+def set_death_pipe(read_fd: int, armed: bool, flags: int) -> None:
+    fcntl.fcntl(read_fd, fcntl.F_SETFL, flags | os.O_ASYNC if armed else flags)
 
 
 def widen_pipe(fd: int, size: int = 1 << 20) -> None:

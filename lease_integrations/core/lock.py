@@ -125,6 +125,8 @@ class LeaseLock:
         self._scope = frozenset({(store.url, self.key)})
         #: Whether the keeper process renews (and enforces) this store's leases.
         self._kept = keeps(store)
+        if self._kept:
+            get_keeper().prepare(store)
 
     def _validate_margin(self, margin: float | None) -> float:
         if margin is None:

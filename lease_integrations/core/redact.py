@@ -5,9 +5,13 @@ Two layers, because neither alone is enough:
 * ``mask_url`` rewrites a URL for display. It does not trust ``urlsplit``: a
   password with an unencoded ``/``, ``?`` or ``#`` ends urlsplit's netloc
   early and would be printed as "path" or "fragment". Credentials are
-  everything between ``://`` and the last ``@``, and query values under
-  secret-looking names
-  (``password``, ``sslpassword``, ``token``...) are masked too.
+  everything between ``://`` and the last ``@``. A host part that does not
+  parse as ``host[:port][,host[:port]...]`` (a password whose ``@`` was
+  forgotten: ``redis://u:PWhost:6379``) is masked whole, and so is what
+  precedes an ``@`` in a path (a slash too many: ``redis:///:PW@h``). Query
+  values under secret-looking names (``password``, ``sslpassword``,
+  ``token``...) are masked up to the next ``name=``, so a raw ``&`` inside
+  the value does not show its tail.
 * ``redact`` removes known secrets from free text. Drivers put parts of the
   DSN into their own error messages (psycopg's conninfo errors, pymongo's
   option errors); every URL that passes ``remember`` (``parse_url`` and
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Final
+from typing import Final, NamedTuple
 from urllib.parse import quote, quote_plus, unquote
 
 MASK: Final = "***"
@@ -39,6 +43,12 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):(//)?")
 #: KeyFilePassword``, ``token``, ``secret``, ``api_key``...).
 _SECRET_NAME = re.compile(r"pass|pwd|secret|token|credential|api_?key|private|authmechanismproperties",
                           re.IGNORECASE)
+#: One item of a host list: ``[IPv6]`` or a name without ``:``, then an optional
+#: numeric port. Anything else in the host part is taken for credentials.
+_HOST_ITEM = re.compile(r"(\[[^\]@]*\]|[^:\[\]@]*)(:\d*)?")
+#: Schemes whose URL carries a file path or a name, not a host: an ``@`` in
+#: their path is part of the path (``sqlite:///var/a@b.db``).
+PATH_SCHEMES: Final = frozenset({"sqlite", "memory"})
 #: ``name=value`` pairs outside a URL (a libpq keyword string pasted as a URL).
 _LOOSE_PAIR = re.compile(r"([\w.\-]+)(\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)")
 _lock = threading.Lock()
@@ -63,26 +73,39 @@ def split_credentials(rest: str) -> tuple[str | None, str]:
     return rest[:at], rest[at + 1:]
 
 
-def _mask_query(query: str) -> str:
-    pieces = []
+class QueryOption(NamedTuple):
+    name: str
+    value: str
+    secret: bool
+    raw: str  # as written, ``name=value`` or a bare ``name``
+
+
+def query_pieces(query: str) -> list[QueryOption]:
+    """The options of a raw query string. A secret option's value runs up to
+    the next ``name=`` piece: a raw ``&`` inside a password
+    (``?password=ab&cd&x=1``) must not make ``cd`` an option of its own,
+    which parsers would name in their errors and masks would show."""
+    options: list[QueryOption] = []
     for piece in query.split("&"):
         name, eq, value = piece.partition("=")
-        if eq and (is_secret_name(name) or is_secret_name(value)) and value:
-            piece = f"{name}={MASK}"
-        pieces.append(piece)
-    return "&".join(pieces)
+        if not eq and options and options[-1].secret:
+            last = options[-1]
+            options[-1] = last._replace(value=f"{last.value}&{piece}", raw=f"{last.raw}&{piece}")
+            continue
+        secret = bool(eq) and (is_secret_name(name) or is_secret_name(value))
+        options.append(QueryOption(name, value, secret, piece))
+    return options
 
 
-def _mask_ports(authority: str) -> str:
-    """A "port" that is not a number is most likely a password whose ``@``
-    was forgotten (``redis://:secret``): show it as ``***``."""
-    hosts = []
-    for host in authority.split(","):
-        name, colon, port = host.rpartition(":")
-        if colon and port and not port.isdigit() and not host.endswith("]"):
-            host = f"{name}:{MASK}"
-        hosts.append(host)
-    return ",".join(hosts)
+def _mask_query(query: str) -> str:
+    return "&".join(f"{o.name}={MASK}" if o.secret and o.value else o.raw
+                    for o in query_pieces(query))
+
+
+def host_part_parses(authority: str) -> bool:
+    """True when the part after the credentials is ``host[:port]`` items,
+    comma-separated: what every store's parser accepts."""
+    return all(_HOST_ITEM.fullmatch(item) for item in authority.split(","))
 
 
 def _mask_loose(text: str) -> str:
@@ -104,14 +127,18 @@ def mask_url(url: str) -> str:
         return f"<{type(url).__name__}, not a URL>"
     remember(url)
     m = _SCHEME.match(url)
-    if m is None or m.group(2) is None:
+    if m is None or (m.group(2) is None and m.group(1).lower() in PATH_SCHEMES):
         return _mask_loose(url)
     head, rest = url[:m.end()], url[m.end():]
+    if m.group(2) is None:  # no '//': nothing here parses as a host part
+        at = rest.rfind("@")
+        return head + MASK + (rest[at:] if at >= 0 else "")
+    path_scheme = m.group(1).lower() in PATH_SCHEMES
     cut = _secret_tail(rest)
     if cut is not None:  # ?password=... with an '@' somewhere after it
         before, name = cut
-        return head + _mask_rest(before) + f"{name}={MASK}"
-    masked = head + _mask_rest(rest)
+        return head + _mask_rest(before, path_scheme=path_scheme) + f"{name}={MASK}"
+    masked = head + _mask_rest(rest, path_scheme=path_scheme)
     return url if masked == url else masked
 
 
@@ -132,8 +159,9 @@ def _secret_tail(rest: str) -> tuple[str, str] | None:
     return None
 
 
-def _mask_rest(rest: str) -> str:
-    """Mask what follows ``scheme://``: credentials, odd ports, query secrets."""
+def _mask_rest(rest: str, *, path_scheme: bool = False) -> str:
+    """Mask what follows ``scheme://``: credentials, a host part that does not
+    parse (masked whole, credentials with it), an ``@`` in the path, query secrets."""
     userinfo, rest = split_credentials(rest)
     shown = ""
     if userinfo is not None:
@@ -143,7 +171,16 @@ def _mask_rest(rest: str) -> str:
         else:
             shown = f"{user}:{MASK}@" if colon else f"{userinfo}@"
     first_sep = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    rest = _mask_ports(rest[:first_sep]) + rest[first_sep:]
+    authority, rest = rest[:first_sep], rest[first_sep:]
+    if not host_part_parses(authority):
+        shown, authority = "", MASK
+    path_end = min((i for i in (rest.find(c) for c in "?#") if i >= 0), default=len(rest))
+    if not path_scheme and "@" in rest[:path_end]:  # a slash too many: redis:///:PW@h:1
+        rest = "/" + MASK + rest[rest.rfind("@", 0, path_end):]
+    elif not path_scheme and not authority and ":" in rest[:path_end]:  # redis:///u:PWh:1
+        rest = "/".join(MASK if ":" in part else part for part in rest[:path_end].split("/")) \
+            + rest[path_end:]
+    rest = authority + rest
     q = rest.find("?")
     if q >= 0:
         rest = rest[:q + 1] + _mask_query(rest[q + 1:])
@@ -166,10 +203,14 @@ def url_secrets(url: str) -> tuple[str, ...]:
             found.append(userinfo.partition(":")[2])
         q = rest.find("?")
         query = rest[q + 1:] if q >= 0 else ""
-        for piece in query.split("&"):
-            name, eq, value = piece.partition("=")
-            if eq and value and (is_secret_name(name) or is_secret_name(value)):
-                found.append(value)
+        for option in query_pieces(query):
+            if option.secret and option.value:
+                found += [option.value, *option.value.split("&")]
+        first_sep = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+        for item in rest[:first_sep].split(","):  # a forgotten '@': past the user, a password
+            if not _HOST_ITEM.fullmatch(item):
+                after_user = item.partition(":")[2]
+                found += [after_user, re.sub(r":\d*$", "", after_user)]
     else:
         for pm in _LOOSE_PAIR.finditer(url):
             if is_secret_name(pm.group(1)):
@@ -208,4 +249,5 @@ def redact(text: str) -> str:
     return text
 
 
-__all__ = ["MASK", "is_secret_name", "mask_url", "redact", "remember", "split_credentials", "url_secrets"]
+__all__ = ["MASK", "PATH_SCHEMES", "QueryOption", "host_part_parses", "is_secret_name", "mask_url",
+           "query_pieces", "redact", "remember", "split_credentials", "url_secrets"]

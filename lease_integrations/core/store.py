@@ -11,18 +11,20 @@ lets one conformance suite prove every store equal.
 from __future__ import annotations
 
 import builtins
+import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 from .errors import CorruptRecord
-from .record import AcquireResult, LeaseRecord
+from .record import AcquireResult, LeaseRecord, parse_field
 
 T = TypeVar("T")
 EventKind = Literal["acquired", "released", "broken", "lost"]
+EVENT_KINDS: frozenset[str] = frozenset(get_args(EventKind))
 
 #: One renewal of a batch: (key, secret, token, ttl).
 RenewItem = tuple[str, str, int, float]
@@ -163,7 +165,9 @@ class LeaseStore(ABC):
 
     @abstractmethod
     def history(self, key: str, limit: int = 50) -> builtins.list[LeaseEvent]:
-        """The key's most recent events, oldest first (at most ``limit``)."""
+        """The key's most recent events, oldest first (at most ``limit``).
+        Returns an ``EventList``: an event that cannot be parsed (written by
+        hand) is left out and reported in its ``unreadable`` attribute."""
 
     @abstractmethod
     def record_event(
@@ -208,3 +212,79 @@ def readable_records(rows: Iterable[T], parse: Callable[[T], LeaseRecord | None]
             good.append(record)
     good.sort(key=lambda r: r.key)
     return RecordList(good, bad)
+
+
+class EventList(builtins.list[LeaseEvent]):
+    """What ``history()`` returns: the readable events, plus ``unreadable``:
+    one ``CorruptRecord`` per stored event that could not be parsed. The
+    same skip-and-report as ``RecordList``, for the same reason: an event
+    written by hand must not hide the key's whole history (nor answer 500)."""
+
+    def __init__(self, events: Iterable[LeaseEvent] = (),
+                 unreadable: Iterable[CorruptRecord] = ()) -> None:
+        super().__init__(events)
+        self.unreadable: builtins.list[CorruptRecord] = builtins.list(unreadable)
+
+
+def readable_events(rows: Iterable[T], parse: Callable[[T], LeaseEvent]) -> EventList:
+    """Parse a store's raw event rows, in order, into an ``EventList``."""
+    good: builtins.list[LeaseEvent] = []
+    bad: builtins.list[CorruptRecord] = []
+    for row in rows:
+        try:
+            good.append(parse(row))
+        except CorruptRecord as exc:
+            bad.append(exc)
+    return EventList(good, bad)
+
+
+def checked_event(key: str, kind: Any, token: Any, holder: Any, at: Any, detail: Any) -> LeaseEvent:
+    """An event from a store's raw fields, each checked the way a record's
+    fields are (``parse_field``: ``CorruptRecord`` naming the field). ``at``
+    must already be a time; ``detail`` may still be JSON text."""
+    return LeaseEvent(key, parse_field(key, "event kind", _event_kind, kind),
+                      parse_field(key, "event token", _event_token, token),
+                      parse_field(key, "event holder", _optional_text, holder),
+                      parse_field(key, "event at", _aware_time, at),
+                      parse_field(key, "event detail", _event_detail, detail))
+
+
+def _event_kind(value: Any) -> EventKind:
+    if value not in EVENT_KINDS:
+        raise ValueError(f"unknown event kind {str(value)[:40]!r}")
+    kind: EventKind = value
+    return kind
+
+
+def _event_token(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str, bytes)):
+        raise TypeError(f"a token is an integer, found {type(value).__name__}")
+    return int(value)
+
+
+def _optional_text(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"expected text, found {type(value).__name__}")
+    return value
+
+
+def _aware_time(value: Any) -> datetime:
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise TypeError(f"expected a time with a zone, found {type(value).__name__}")
+    return value
+
+
+def _event_detail(value: Any) -> dict[str, Any]:
+    """A JSON object whose ``meta`` (when present) is an object too and whose
+    ``by`` is text: what every reader of an event relies on."""
+    if value is None or value == "":
+        return {}
+    if isinstance(value, (str, bytes)):
+        value = json.loads(value)
+    if not isinstance(value, dict):
+        raise ValueError(f"detail must be a JSON object, found {type(value).__name__}")
+    if not isinstance(value.get("meta", {}), dict):
+        raise ValueError(f"detail.meta must be a JSON object, found {type(value['meta']).__name__}")
+    if not isinstance(value.get("by", ""), str):
+        raise ValueError("detail.by must be text")
+    return dict(value)

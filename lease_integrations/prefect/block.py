@@ -17,7 +17,13 @@ from pydantic import ConfigDict, Field, SecretStr, field_validator, model_valida
 
 from lease_integrations import ConfigurationError, LeaseStore, check_url, connect
 from lease_integrations.core.config import check_credentials
-from lease_integrations.core.redact import is_secret_name, split_credentials
+from lease_integrations.core.redact import is_secret_name, query_pieces, split_credentials
+
+#: A URL with no ``user:password@`` part: no ``@`` at all, or a user name
+#: without ``:`` (nor ``/ ? #``) before the only ``@``. Plain syntax that
+#: Prefect's server (Python ``re``, through ``jsonschema``) and pydantic
+#: (Rust ``regex``) read alike: no look-around.
+URL_WITHOUT_PASSWORD = r"^([^@]*|[A-Za-z][A-Za-z0-9+.\-]*://[^:@/?#]*@[^@]*)$"
 
 
 class LeaseStoreBlock(Block):  # type: ignore[misc]  # Block is untyped for mypy
@@ -33,7 +39,11 @@ class LeaseStoreBlock(Block):  # type: ignore[misc]  # Block is untyped for mypy
 
     url: str = Field(
         description="Store URL without its password, e.g. postgresql://leases@db:5432/jobs. "
-        "A password written into the URL is moved into the password field.",
+        "Put the password in the password field: a URL with user:password@ in it is refused.",
+        # Checked by Prefect's server too (it validates documents against the
+        # JSON schema alone, not by running the validators below): a block made
+        # in the UI or through the API cannot keep a password in this plain field.
+        pattern=URL_WITHOUT_PASSWORD,
     )
     password: SecretStr | None = Field(
         default=None, description="The store's password, if it needs one."
@@ -76,6 +86,23 @@ class LeaseStoreBlock(Block):  # type: ignore[misc]  # Block is untyped for mypy
                 "block's password field, not in the URL")
         return checked
 
+    @classmethod
+    def _from_block_document(cls, block_document: Any) -> LeaseStoreBlock:
+        """Refuse a stored block whose plain ``url`` holds a password (saved
+        through the API or UI before the schema refused it, or by an older
+        version): anyone who may read blocks reads it. Moving it out in
+        memory, as constructing a block does, would leave it stored in the clear."""
+        url = (block_document.data or {}).get("url")
+        if isinstance(url, str) and _holds_a_secret(url):
+            raise ConfigurationError(
+                f"Lease Store block {block_document.name!r} keeps a password in its plain url "
+                "field, which Prefect shows to anyone who may read blocks: re-save it with the "
+                "password in the password field (LeaseStoreBlock(url='scheme://user@host/...', "
+                f"password=...).save({block_document.name!r}, overwrite=True)) and change that "
+                "password, since it was stored in the clear")
+        block: LeaseStoreBlock = super()._from_block_document(block_document)
+        return block
+
     def get_url(self) -> str:
         """The full URL with the password put back: for ``connect`` only, never log it."""
         if self.password is None:
@@ -106,3 +133,10 @@ def _join(head: str, user: str | None, password: str | None, rest: str) -> str:
     if password is not None:
         auth += ":" + password
     return head + (f"{auth}@" if auth else "") + rest
+
+
+def _holds_a_secret(url: str) -> bool:
+    """A password in the user-info, or a secret-named query option."""
+    _, _, password, rest = _split(url.strip())
+    query = rest.partition("?")[2]
+    return password is not None or any(o.secret for o in query_pieces(query))

@@ -12,7 +12,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..core.config import ENV_URL, check_credentials, mask_url, parse_url, resolve_url
+from ..core.config import (
+    ENV_URL,
+    PATH_SCHEMES,
+    check_credentials,
+    check_slashes,
+    mask_url,
+    parse_url,
+    resolve_url,
+)
 from ..core.errors import ConfigurationError
 from ..core.keeper_client import remember_source
 from ..core.store import LeaseStore
@@ -57,6 +65,9 @@ def _scheme(url: str) -> str:
 
 
 KNOWN = ", ".join(f"{s}://" for s in STORES)
+#: Schemes whose URL names a host (``scheme://host...``); the others name a
+#: file or a name and may omit ``//`` (``sqlite:relative/path.db``).
+HOST_SCHEMES = frozenset(STORES) - PATH_SCHEMES
 
 
 @contextmanager
@@ -79,6 +90,7 @@ def check_url(url: str | None) -> str:
     connecting would be too early. Returns the URL, stripped."""
     with naming_the_variable(url):
         resolved = resolve_url(url)
+        check_slashes(resolved, HOST_SCHEMES)
         try:
             scheme = _scheme(resolved)
         except ConfigurationError as exc:

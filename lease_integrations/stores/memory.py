@@ -15,7 +15,15 @@ from typing import Any, ClassVar
 from ..core.config import parse_url, query_options
 from ..core.errors import ConfigurationError
 from ..core.record import AcquireResult, LeaseRecord
-from ..core.store import HISTORY_LIMIT, TOOK_OVER, EventKind, LeaseEvent, LeaseStore, RecordList
+from ..core.store import (
+    HISTORY_LIMIT,
+    TOOK_OVER,
+    EventKind,
+    EventList,
+    LeaseEvent,
+    LeaseStore,
+    RecordList,
+)
 
 
 @dataclass
@@ -85,7 +93,10 @@ class MemoryStore(LeaseStore):
             detail: dict[str, Any] = {"meta": dict(meta)}
             if row.holder is not None:  # held but expired: an expiry takeover
                 detail[TOOK_OVER] = {"token": row.token, "holder": row.holder}
-            token = self._tokens[key] = max(self._tokens.get(key, 0), row.token) + 1
+            # floored by the clock in microseconds, as the other stores: a
+            # fenced resource that outlives this process never sees a token again
+            token = self._tokens[key] = max(max(self._tokens.get(key, 0), row.token) + 1,
+                                            time.time_ns() // 1000)
             row.holder, row.secret, row.token = holder, secret, token
             row.acquired_at = row.renewed_at = now
             row.expires_mono = mono + ttl
@@ -142,7 +153,7 @@ class MemoryStore(LeaseStore):
     def history(self, key: str, limit: int = 50) -> builtins.list[LeaseEvent]:
         with self._cond:
             row = self._rows.get(key)
-            return [] if row is None else list(row.events)[-limit:]
+            return EventList([] if row is None else list(row.events)[-limit:])
 
     def record_event(self, key: str, kind: EventKind, holder: str | None, token: int,
                      detail: Mapping[str, Any] | None = None) -> None:

@@ -37,17 +37,18 @@ import threading
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlunsplit
+from urllib.parse import urlencode, urlunsplit
 
 from pymongo import MongoClient, ReturnDocument, common, uri_parser
 from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 
-from ..core.config import mask_url, parse_url
+from ..core.config import mask_url, parse_url, query_items
 from ..core.errors import ConfigurationError, CorruptRecord, StoreUnavailable
 from ..core.record import AcquireResult, LeaseRecord, meta_from_json, parse_field
 from ..core.store import (
     HISTORY_LIMIT,
     EventKind,
+    EventList,
     LeaseEvent,
     LeaseStore,
     RecordList,
@@ -136,7 +137,7 @@ class MongoStore(LeaseStore):
         any pymongo URI option. Write concern defaults to majority, and server
         selection, connect and socket timeouts to 5 s."""
         parts = parse_url(url)
-        query = parse_qsl(parts.query, keep_blank_values=True)
+        query = query_items(parts.query)
         collection = str(options.pop("collection", "leases"))
         kept: list[tuple[str, str]] = []
         for name, value in query:
@@ -299,14 +300,14 @@ class MongoStore(LeaseStore):
     def history(self, key: str, limit: int = 50) -> list[LeaseEvent]:
         limit = min(int(limit), HISTORY_LIMIT)
         if limit <= 0:
-            return []
+            return EventList()
         pipeline = [{"$match": {"_id": key}}, {"$project": {
             "_id": 0, "events": {"$slice": [{"$ifNull": [f"${hist.FIELD}", []]}, -limit]}}}]
 
-        def read(leases: Any) -> tuple[list[Any], list[LeaseEvent]]:
+        def read(leases: Any) -> tuple[list[Any], EventList]:
             docs = list(leases.aggregate(pipeline))
             old = hist.legacy_events(leases.database[self._legacy_name()], key, limit) \
-                if self._legacy else []
+                if self._legacy else EventList()
             return (docs[0]["events"] if docs else []), old
 
         stored, old = self._call(read)

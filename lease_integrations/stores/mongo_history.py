@@ -31,7 +31,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ..core.store import HISTORY_LIMIT, LeaseEvent
+from ..core.record import parse_field
+from ..core.store import HISTORY_LIMIT, EventList, LeaseEvent, checked_event, readable_events
 
 log = logging.getLogger("lease_integrations")
 
@@ -84,34 +85,39 @@ def append(kind: str, token: Any, holder: Any, detail: Mapping[str, Any],
                        -HISTORY_LIMIT]}
 
 
-def decode(key: str, text: Any) -> LeaseEvent | None:
-    """One stored event; None (and a warning) for one that cannot be read."""
-    try:
-        kind, token, at_ms, holder, detail = json.loads(text, strict=False)
-        return LeaseEvent(key, kind, int(token or 0), holder,
-                          EPOCH + timedelta(milliseconds=int(at_ms)), dict(detail or {}))
-    except (TypeError, ValueError) as exc:
-        log.warning("skipped an unreadable history event of lease %s: %s", key, exc)
-        return None
+def decode(key: str, text: Any) -> LeaseEvent:
+    """One stored event; ``CorruptRecord`` for one that cannot be read."""
+    fields = parse_field(key, "event", _fields, text)
+    kind, token, at_ms, holder, detail = fields
+    at = parse_field(key, "event at", lambda ms: EPOCH + timedelta(milliseconds=int(ms)), at_ms)
+    return checked_event(key, kind, token or 0, holder, at, detail)
 
 
-def events(key: str, stored: Iterable[Any]) -> list[LeaseEvent]:
-    """The array's events, oldest first, unreadable ones left out."""
-    return [e for e in (decode(key, text) for text in stored) if e is not None]
+def _fields(text: Any) -> list[Any]:
+    fields = json.loads(text, strict=False)
+    if not isinstance(fields, list) or len(fields) != 5:
+        raise ValueError("an event is a JSON array of 5 items")
+    return fields
 
 
-def legacy_events(events_collection: Any, key: str, limit: int) -> list[LeaseEvent]:
+def events(key: str, stored: Iterable[Any]) -> EventList:
+    """The array's events, oldest first, unreadable ones reported apart."""
+    return readable_events(stored, lambda text: decode(key, text))
+
+
+def legacy_events(events_collection: Any, key: str, limit: int) -> EventList:
     """The key's newest ``limit`` events in the old layout's collection, oldest
     first. The old collection is read, not migrated: a process of the older
     version may still be writing there during a rolling upgrade, and a move
     on connect would race with it."""
     docs = list(events_collection.find({"key": key}).sort([("at", -1), ("_id", -1)])
                 .limit(limit))
-    return [LeaseEvent(key, e["kind"], int(e["token"]), e.get("holder"), e["at"],
-                       dict(e.get("detail") or {})) for e in reversed(docs)]
+    return readable_events(reversed(docs), lambda e: checked_event(
+        key, e.get("kind"), e.get("token"), e.get("holder"), e.get("at"), e.get("detail") or {}))
 
 
-def merged(new: list[LeaseEvent], old: list[LeaseEvent], limit: int) -> list[LeaseEvent]:
+def merged(new: EventList, old: EventList, limit: int) -> EventList:
     """Both layouts' events in time order (a stable sort: ties keep the old
     layout's first), the newest ``limit``."""
-    return sorted(old + new, key=lambda e: e.at)[-limit:] if old else new[-limit:]
+    events = sorted(old + new, key=lambda e: e.at)[-limit:] if old else new[-limit:]
+    return EventList(events, old.unreadable + new.unreadable)

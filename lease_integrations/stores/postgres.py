@@ -74,6 +74,8 @@ from ..core.store import (
     LeaseStore,
     RecordList,
     RenewItem,
+    checked_event,
+    readable_events,
     readable_records,
 )
 from ._pg_exec import Statement
@@ -702,8 +704,7 @@ class PostgresStore(LeaseStore):
 
     def history(self, key: str, limit: int = 50) -> list[LeaseEvent]:
         rows = self._run("history", {"key": key, "limit": max(0, min(int(limit), HISTORY_LIMIT))})
-        return [LeaseEvent(k, kind, int(token), holder, at, dict(detail or {}))
-                for k, kind, token, holder, at, detail in rows]
+        return readable_events(rows, lambda r: checked_event(*r))
 
     def record_event(self, key: str, kind: EventKind, holder: str | None, token: int,
                      detail: Mapping[str, Any] | None = None) -> None:

@@ -42,6 +42,7 @@ from ..core.record import (
 from ..core.store import (
     HISTORY_LIMIT,
     EventKind,
+    EventList,
     LeaseEvent,
     LeaseStore,
     RecordList,
@@ -320,7 +321,7 @@ class RedisStore(LeaseStore):
         an earlier version may still append to during a rolling upgrade."""
         limit = min(int(limit), HISTORY_LIMIT)
         if limit <= 0:
-            return []
+            return EventList()
         log_key, old_key = self._keys(key, "log", "hist")
         with self._errors:
             pipe = self._client.pipeline(transaction=False)

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
-from ..core.store import TOOK_OVER, LeaseEvent
+from ..core.record import parse_field
+from ..core.store import TOOK_OVER, EventList, LeaseEvent, checked_event, readable_events
 
 #: Fields an entry may carry besides kind, token and holder, and how each
 #: becomes part of the event's ``detail``.
@@ -27,8 +28,17 @@ def _at(ms: int) -> datetime:
 
 
 def from_entry(key: str, entry_id: str, fields: dict[str, str]) -> LeaseEvent:
-    """One Stream entry as an event; raises ValueError/KeyError on garbage."""
-    detail: dict[str, Any] = json.loads(fields[_DETAIL]) if _DETAIL in fields else {}
+    """One Stream entry as an event; ``CorruptRecord`` naming the field on garbage."""
+    detail = parse_field(key, "event detail", _detail_of_entry, fields)
+    at = parse_field(key, "event at", lambda i: _at(int(i.partition("-")[0])), entry_id)
+    return checked_event(key, fields.get("kind"), fields.get("token"), fields.get("holder"), at,
+                         detail)
+
+
+def _detail_of_entry(fields: dict[str, str]) -> dict[str, Any]:
+    detail = json.loads(fields[_DETAIL]) if _DETAIL in fields else {}
+    if not isinstance(detail, dict):
+        raise ValueError(f"detail must be a JSON object, found {type(detail).__name__}")
     if _META in fields:
         detail["meta"] = json.loads(fields[_META])
     if _TOOK_TOKEN in fields:
@@ -36,41 +46,38 @@ def from_entry(key: str, entry_id: str, fields: dict[str, str]) -> LeaseEvent:
                              "holder": fields.get(_TOOK_HOLDER)}
     if _BY in fields:
         detail["by"] = fields[_BY]
-    return LeaseEvent(key, fields["kind"], int(fields["token"]),  # type: ignore[arg-type]
-                      fields.get("holder"), _at(int(entry_id.partition("-")[0])), detail)
+    return detail
 
 
 def from_json(key: str, line: str) -> LeaseEvent:
-    """One event of the earlier layout's list; raises on garbage."""
-    e = json.loads(line)
-    return LeaseEvent(key, e["kind"], int(e["token"]), e["holder"], _at(int(e["at"])),
-                      e.get("detail") or {})
+    """One event of the earlier layout's list; ``CorruptRecord`` on garbage."""
+    e = parse_field(key, "event", _object, line)
+    at = parse_field(key, "event at", lambda ms: _at(int(ms)), e.get("at"))
+    return checked_event(key, e.get("kind"), e.get("token"), e.get("holder"), at,
+                         e.get("detail") or {})
+
+
+def _object(line: str) -> dict[str, Any]:
+    value = json.loads(line)
+    if not isinstance(value, dict):
+        raise ValueError(f"an event is a JSON object, found {type(value).__name__}")
+    return value
 
 
 def events(key: str, entries: Iterable[tuple[str, dict[str, str]]], old_lines: Iterable[str],
-           limit: int) -> list[LeaseEvent]:
+           limit: int) -> EventList:
     """The newest ``limit`` events, oldest first. ``entries`` come newest
     first (``XREVRANGE``), ``old_lines`` oldest first (``LRANGE``). A garbage
-    entry hides itself, not the rest."""
-    new: list[LeaseEvent] = []
-    for entry_id, fields in entries:
-        try:
-            new.append(from_entry(key, entry_id, fields))
-        except (ValueError, TypeError, KeyError, AttributeError):
-            continue
-    new.reverse()
-    old: list[LeaseEvent] = []
-    for line in old_lines:
-        try:
-            old.append(from_json(key, line))
-        except (ValueError, TypeError, KeyError, AttributeError):
-            continue
+    entry hides itself, not the rest, and is reported in ``unreadable``."""
+    new = readable_events(reversed(list(entries)), lambda e: from_entry(key, *e))
+    old = readable_events(old_lines, lambda line: from_json(key, line))
+    unreadable = old.unreadable + new.unreadable
     if not old:
-        return new[-limit:]
+        return EventList(new[-limit:], unreadable)
     # Times are milliseconds: within one, a larger token came later, and a
     # token's grant came before whatever ended it.
     merged = sorted(old + new, key=lambda e: (e.at, e.token, e.kind != "acquired"))
-    return merged[-limit:]
+    return EventList(merged[-limit:], unreadable)
 
 
 def fields_of(kind: str, holder: str | None, token: int, detail: dict[str, Any]) -> list[str]:

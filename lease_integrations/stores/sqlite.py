@@ -11,7 +11,10 @@ on the host shares.
 The token counter lives in its own table (``lease_tokens``), apart from the
 lease row, so an operator's ``DELETE FROM leases WHERE key = ...`` never
 restarts a key's tokens: a trigger writes a deleted row's token there, and
-the next grant starts above it (tokens are exactly last + 1). While the row
+the next grant starts above it. Each token is also floored by the host's
+clock in microseconds (``max(last + 1, now_us)``, as on the networked
+stores), so a deleted file, or one restored from a backup, never grants a
+token again. While the row
 exists its token is the key's last one, so grants no longer write the
 counter (older versions still do; it stays a floor). The owner secret is a
 column of the lease row that no read selects.
@@ -67,6 +70,8 @@ from ..core.store import (
     LeaseStore,
     RecordList,
     RenewItem,
+    checked_event,
+    readable_events,
     readable_records,
 )
 
@@ -182,7 +187,9 @@ REBUILD_EVENTS = [
 
 # The next token: one above the row's own token (every grant raised it) and
 # the counter table's (where the trigger put the token of a deleted row, and
-# where older versions still write every grant). The same statement writes
+# where older versions still write every grant), and never below :floor, the
+# host's clock in microseconds (read under the write lock): a file deleted,
+# or restored from a backup, resumes above every token granted before. The same statement writes
 # the grant's "acquired" event into the row: :detail is its detail up to the meta
 # (the caller's), and a grant over a row that still names a holder took over
 # an expired lease, which the detail then names (the row as it was is at
@@ -191,9 +198,11 @@ REBUILD_EVENTS = [
 ACQUIRE = f"""
 INSERT INTO leases (key, holder, secret, token, acquired_at, renewed_at, expires_at, meta,
                     event_token, event_detail)
-VALUES (:key, :holder, :secret, coalesce((SELECT token FROM lease_tokens WHERE key = :key), 0) + 1,
+VALUES (:key, :holder, :secret,
+        max(coalesce((SELECT token FROM lease_tokens WHERE key = :key), 0) + 1, :floor),
         {NOW}, {NOW}, {NOW} + :ttl, :meta,
-        coalesce((SELECT token FROM lease_tokens WHERE key = :key), 0) + 1, :detail || '}}')
+        max(coalesce((SELECT token FROM lease_tokens WHERE key = :key), 0) + 1, :floor),
+        :detail || '}}')
 ON CONFLICT (key) DO UPDATE SET
     holder = excluded.holder, secret = excluded.secret,
     token = max(leases.token + 1, excluded.token),
@@ -451,8 +460,8 @@ class SqliteStore(LeaseStore):
         detail = '{"meta": ' + meta_json
         with self._transaction() as conn:
             row = conn.execute(ACQUIRE, {"key": key, "holder": holder, "secret": secret,
-                                         "ttl": ttl, "meta": meta_json,
-                                         "detail": detail}).fetchone()
+                                         "ttl": ttl, "meta": meta_json, "detail": detail,
+                                         "floor": time.time_ns() // 1000}).fetchone()
             if row is None:
                 # Busy: the row as it is, in the same transaction (a row that
                 # cannot be parsed raises CorruptRecord here).
@@ -519,8 +528,8 @@ class SqliteStore(LeaseStore):
     def history(self, key: str, limit: int = 50) -> builtins.list[LeaseEvent]:
         with self._transaction(immediate=False) as conn:
             rows = conn.execute(HISTORY, {"key": key, "limit": min(limit, HISTORY_LIMIT)}).fetchall()
-        return [LeaseEvent(k, kind, int(tok), holder, _dt(at), json.loads(detail))
-                for k, kind, tok, holder, at, detail in rows]
+        return readable_events(rows, lambda r: checked_event(
+            r[0], r[1], r[2], r[3], parse_field(r[0], "event at", _dt, r[4]), r[5]))
 
     def record_event(self, key: str, kind: EventKind, holder: str | None, token: int,
                      detail: Mapping[str, Any] | None = None) -> None:

@@ -10,6 +10,7 @@ which would test Airflow's SQLite handling, not the lease."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -105,7 +106,7 @@ def test_backfill_and_manual_runs_never_overlap(record_dir: Path, tmp_path: Path
     with connect(store_url) as store:
         record = store.get("airflow/lt_e2e/job")
     assert record is not None and not record.held and record.token == tokens[-1]
-    assert "SIGTERM: releasing lease airflow/lt_e2e_kill/job (token 1)" in killed_log
+    assert re.search(r"SIGTERM: releasing lease airflow/lt_e2e_kill/job \(token \d+\)", killed_log)
 
 
 def mark_failed_while_running(cluster: AirflowCluster, record_dir: Path, store_url: str) -> str:
@@ -124,15 +125,16 @@ def mark_failed_while_running(cluster: AirflowCluster, record_dir: Path, store_u
     poll(lambda: cluster.task_states("lt_e2e_defer", waiter).get("job") == "deferred",
          "the waiter to defer to the triggerer", RUN_WAIT, 0.5)
     with connect(store_url) as store:
-        assert store.get(key).held  # type: ignore[union-attr]
+        killed = store.get(key)
+        assert killed is not None and killed.held
         cluster.api("PATCH", f"/api/v2/dags/lt_e2e_kill/dagRuns/{run_id}/taskInstances/job",
                     {"new_state": "failed"})
-        poll(lambda: not store.get(key).held or store.get(key).token > 1,  # type: ignore[union-attr]
+        poll(lambda: not store.get(key).held or store.get(key).token > killed.token,  # type: ignore[union-attr]
              "the killed task's lease to be released", 30.0, 0.2)
     assert cluster.wait_run("lt_e2e_defer", waiter, RUN_WAIT) == "success"
     resumed = [e for e in events(record_dir)
                if e["dag_id"] == "lt_e2e_defer" and e["event"] == "start"]
-    assert [e["token"] for e in resumed] == [2]
+    assert len(resumed) == 1 and resumed[0]["token"] > killed.token
     logs = cluster.home / "logs" / "dag_id=lt_e2e_kill"
     poll(lambda: any("SIGTERM" in p.read_text(errors="replace") for p in logs.rglob("*.log")),
          "the killed task's log", 60.0, 1.0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +23,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -174,3 +177,18 @@ class ApiServer:
         with urllib.request.urlopen(request, timeout=30) as response:
             token: str = json.loads(response.read())["access_token"]
             return token
+
+
+@contextmanager
+def running(server: ApiServer) -> Iterator[ApiServer]:
+    """A started server, its log printed if the block fails, stopped and its
+    home removed afterwards."""
+    try:
+        server.start()
+        yield server
+    except BaseException:
+        print(server.tail())
+        raise
+    finally:
+        server.stop()
+        shutil.rmtree(server.home, ignore_errors=True)

@@ -4,7 +4,6 @@ server through the ``lease_default`` Connection."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from api_server import ApiServer, poll
+from api_server import ApiServer, poll, running
 
 from lease_integrations import LEASE_LOST_EXIT_STATUS
 
@@ -28,15 +27,8 @@ HOLDER = Path(__file__).resolve().parents[1] / "cli" / "holder_process.py"
 def api_server() -> Iterator[ApiServer]:
     home = Path(tempfile.mkdtemp(prefix="lease-ui-airflow-"))
     server = ApiServer(home, home / "leases.db")
-    try:
-        server.start()
+    with running(server):
         yield server
-    except BaseException:
-        print(server.tail())
-        raise
-    finally:
-        server.stop()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

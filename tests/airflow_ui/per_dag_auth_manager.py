@@ -3,7 +3,9 @@
 SimpleAuthManager's users and roles, except that a user named in
 ``$LEASE_TEST_DAG_ACCESS`` (JSON: ``{"user": {"dags": [...], "leases_page":
 bool}}``) may read only the DAGs listed for it, and sees the Leases page only
-when ``leases_page`` is true. It stands in for FAB or Keycloak with per-DAG
+when ``leases_page`` is true; for a user whose rules say ``"fail": true``
+every custom-view question raises, as an auth manager whose backend is down
+does (the page's 500). It stands in for FAB or Keycloak with per-DAG
 roles: the plugin asks it exactly as it would ask them."""
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class PerDagAuthManager(SimpleAuthManager):  # type: ignore[misc]
 
     def is_authorized_custom_view(self, *, method: Any, resource_name: str, user: Any) -> bool:
         rules = _rules(user)
+        if rules is not None and rules.get("fail"):
+            raise RuntimeError("the auth manager's backend is down")
         if rules is not None and resource_name == "Leases" and method == "GET" \
                 and not rules["leases_page"]:
             return False

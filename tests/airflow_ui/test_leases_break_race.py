@@ -45,7 +45,7 @@ def test_a_break_on_a_token_never_ends_the_next_holders_lease(
                 continue
             token = current.json()["token"]
             response = http.post(f"/leases/api/break?key={key}&token={token}", headers=admin)
-            assert response.status_code in (200, 409), response.text
+            assert response.status_code in (200, 404, 409), response.text  # 404: released by now
             body = response.json()
             before = body.get("before") if response.status_code == 200 else None
             aimed.append({"aimed": token, "code": response.status_code,

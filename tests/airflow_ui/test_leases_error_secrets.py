@@ -16,7 +16,6 @@ Connection or as ``$LEASE_STORE_URL``, the two ways the page finds its store.
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +24,7 @@ from urllib.parse import quote, quote_plus
 
 import httpx
 import pytest
-from api_server import ApiServer, free_port
+from api_server import ApiServer, free_port, running
 from security.leaks import PASSWORD, PIECES, pieces, url_shapes
 
 HERE = Path(__file__).resolve().parent
@@ -129,15 +128,8 @@ def server() -> Iterator[tuple[ApiServer, Path]]:
     # The Connection comes from the switchable backend only: without it the
     # page falls back to $LEASE_STORE_URL, which the backend sets per case.
     del api.env["AIRFLOW_CONN_LEASE_DEFAULT"]
-    try:
-        api.start()
+    with running(api):
         yield api, case_file
-    except BaseException:
-        print(api.tail())
-        raise
-    finally:
-        api.stop()
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def leaked(text: str) -> list[str]:

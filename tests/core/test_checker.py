@@ -88,13 +88,17 @@ def test_a_write_with_a_token_never_granted_is_reported() -> None:
     assert [v.rule for v in report.violations] == ["unknown-token"]
 
 
-def test_a_write_after_a_newer_grant_is_an_overlap_unless_the_lease_was_broken() -> None:
-    late = [FencedWrite(2, True, T0 + timedelta(seconds=17.5))]  # b wrote after c's grant at 17
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def test_a_write_sent_after_a_newer_grant_is_an_overlap_unless_the_lease_was_broken() -> None:
+    late = [FencedWrite(2, True, at(17.6), sent=at(17.5))]  # b wrote after c's grant at 17
     report = check_history(GOOD, late, ttl=10)
     assert [v.rule for v in report.violations] == ["late-write"]
-    assert report.violations[0].tokens == (2, 3)
+    assert report.violations[0].tokens == (2, 3) and "sent at" in str(report)
     assert check_history(GOOD, late, ttl=10, drift=1).ok  # within the drift bound
-    after_break = [FencedWrite(3, True, T0 + timedelta(seconds=19.2))]  # c was broken at 18
+    after_break = [FencedWrite(3, True, at(19.2))]  # c was broken at 18
     explained = check_history(GOOD, after_break, ttl=10)
     assert explained.ok and any("broken by an operator" in n for n in explained.notes)
 
@@ -119,3 +123,65 @@ def test_a_trimmed_history_is_noted_not_failed() -> None:
 def test_a_negative_drift_is_refused() -> None:
     with pytest.raises(ValueError, match="drift"):
         check_history(drift=-1)
+
+
+def test_a_write_in_flight_at_the_next_grant_is_a_hazard_not_a_violation() -> None:
+    """b sent its write before c's grant at 17 (or we do not know when); it
+    landed after, before c wrote: the protocol permits that (the model's
+    writes in flight), so it is a named hazard; once c wrote, it is stale."""
+    landed = [FencedWrite(2, True, at(17.5), sent=at(16.9)), FencedWrite(3, True, at(17.6))]
+    report = check_history(GOOD, landed, ttl=10)
+    assert report.ok, str(report)
+    assert [(h.rule, h.tokens) for h in report.hazards] == [("in-flight-write", (2, 3))]
+    assert "hazard: [in-flight-write]" in str(report)
+    unknown = check_history(GOOD, [FencedWrite(2, True, at(17.5))], ttl=10)
+    assert unknown.ok and [h.rule for h in unknown.hazards] == ["in-flight-write"]
+    after_newer = check_history(GOOD, [FencedWrite(3, True, at(17.4)),
+                                       FencedWrite(2, True, at(17.5), sent=at(16.9))], ttl=10)
+    assert [v.rule for v in after_newer.violations] == ["stale-write"]
+
+
+def test_a_write_stamped_before_its_grant_is_reported() -> None:
+    """Token 3 was granted at 17: a write of it at 16 came from no lease."""
+    for write in (FencedWrite(3, True, at(16.0)), FencedWrite(3, True, at(17.2), sent=at(16.0))):
+        report = check_history(GOOD, [write], ttl=10)
+        assert [(v.rule, v.tokens) for v in report.violations] == [("early-write", (3,))], report
+        assert "1.000 s before token 3 was granted" in str(report)
+    assert check_history(GOOD, [FencedWrite(3, True, at(16.0))], ttl=10, drift=1.5).ok
+    assert check_history(GOOD, [FencedWrite(3, False, at(16.0))], ttl=10).ok  # refused
+
+
+def test_a_takeover_must_name_the_newest_live_grant() -> None:
+    took = {"meta": {}, "took_over": {"token": 2, "holder": "b"}}
+    right = [ev(0, "acquired", 1, "a"), ev(1, "released", 1, "a"), ev(2, "acquired", 2, "b"),
+             ev(13, "acquired", 3, "c", **took)]
+    assert check_history(right, ttl=10).ok
+    never_newest = [*right[:3], ev(13, "acquired", 3, "c", meta={},
+                                   took_over={"token": 1, "holder": "a"})]
+    report = check_history(never_newest, ttl=10)
+    assert [(v.rule, v.tokens) for v in report.violations] == [("took-over", (2, 3))]
+    assert "took over token 1, but the newest grant was token 2" in str(report)
+    released = [*right[:3], ev(5, "released", 2, "b"), ev(13, "acquired", 3, "c", **took)]
+    report = check_history(released, ttl=10)
+    assert [v.rule for v in report.violations] == ["took-over"]
+    assert "already released or broken" in str(report)
+
+
+def test_one_token_held_by_several_adopters_is_one_grant() -> None:
+    """A DAG-run lease: the keeper holds token 5 for the whole run and each task
+    adopts it, at once or one after another; token 6 is the next run's."""
+    history = [ev(0, "acquired", 5, "dagrun:r1"), ev(30, "released", 5, "dagrun:r1"),
+               ev(31, "acquired", 6, "dagrun:r2")]
+    holds = [Hold(5, 0.0, 30.0, "keeper"), Hold(5, 1.0, 10.0, "task-a", adopted=True),
+             Hold(5, 10.0, 29.0, "task-b", adopted=True), Hold(5, 2.0, 5.0, "task-c", adopted=True),
+             Hold(6, 31.0, 40.0, "keeper")]
+    writes = [FencedWrite(5, True, at(2)), FencedWrite(5, True, at(12)), FencedWrite(6, True, at(32))]
+    report = check_history(history, writes, holds=holds, ttl=10)
+    assert report.ok and not report.hazards, str(report)
+    late_adopter = [*holds, Hold(5, 35.0, 36.0, "task-d", adopted=True)]  # trusts 5 after 6
+    report = check_history(history, holds=late_adopter, ttl=10)
+    assert {v.rule for v in report.violations} == {"token-order", "overlap"}, str(report)
+    # two holders each granted token 5 (a reissued token), neither adopting: not one grant
+    twice = check_history(holds=[Hold(5, 0.0, 3.0, "a"), Hold(5, 4.0, 6.0, "b")])
+    assert [(v.rule, v.tokens) for v in twice.violations] == [("token-order", (5,))], str(twice)
+    assert "token 5 granted twice" in str(twice)

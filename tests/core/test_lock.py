@@ -33,7 +33,7 @@ def wait_for(event: threading.Event, timeout: float, what: str) -> None:
 def test_hold_gives_a_lease_with_token_and_releases_it(local_store: LeaseStore, key: str) -> None:
     lock = LeaseLock(local_store, key, ttl=5)
     with lock.hold() as lease:
-        assert lease.key == key and lease.token == 1 and not lease.lost
+        assert lease.key == key and lease.token >= 1 and not lease.lost
         record = local_store.get(key)
         assert record is not None and record.holder == lease.holder and record.held
         assert record.meta["pid"] and record.meta["host"]
@@ -76,7 +76,7 @@ def test_waiter_gets_the_lease_when_it_is_released(local_store: LeaseStore, key:
     wait_for(waiting, 5, "the waiter to start")
     lock.release(holder)
     thread.join(timeout=10)
-    assert got and got[0].token == holder.token + 1
+    assert got and got[0].token > holder.token
     lock.release(got[0])
 
 

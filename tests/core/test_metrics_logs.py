@@ -45,9 +45,9 @@ def test_acquire_busy_release_lines(caplog: pytest.LogCaptureFixture,
         LeaseLock(sqlite_store, key, ttl=30.0).acquire(wait=0)
     lock.release(lease)
     assert [fields(r) for r in lease_lines(caplog, key)] == [
-        ("acquire", 1, lease.holder),
-        ("busy", 1, lease.holder),  # names the holder the caller ran into
-        ("release", 1, lease.holder),
+        ("acquire", lease.token, lease.holder),
+        ("busy", lease.token, lease.holder),  # names the holder the caller ran into
+        ("release", lease.token, lease.holder),
     ]
 
 
@@ -70,9 +70,10 @@ def test_renew_failed_then_lost_lines(caplog: pytest.LogCaptureFixture,
         assert time.monotonic() < deadline, "no 'lost' log line"
         time.sleep(0.02)
     events = [fields(r) for r in lease_lines(caplog, key)]
-    assert events[0] == ("acquire", 1, lease.holder)
-    assert ("renew_failed", 1, lease.holder) in events
-    assert events.count(("lost", 1, lease.holder)) == 1
-    assert events.index(("renew_failed", 1, lease.holder)) < events.index(("lost", 1, lease.holder))
+    t = lease.token
+    assert events[0] == ("acquire", t, lease.holder)
+    assert ("renew_failed", t, lease.holder) in events
+    assert events.count(("lost", t, lease.holder)) == 1
+    assert events.index(("renew_failed", t, lease.holder)) < events.index(("lost", t, lease.holder))
     lost = next(r for r in lease_lines(caplog, key) if r.lease_event == "lost")  # type: ignore[attr-defined]
     assert lost.levelno == logging.WARNING and "trust window" in lost.getMessage()

@@ -10,6 +10,7 @@ also exercise the environment-variable configuration path.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import os
 import threading
@@ -322,3 +323,20 @@ def events_lost() -> None:
         tick("body")
         time.sleep(0.02)
     leave(run)
+
+
+# -- the keeper (test_keeper_busy_flow) -------------------------------------------
+@leased_flow(key="busy-holder", ttl=2.0, on_busy="fail")
+def busy_holder(seconds: int = 5) -> int:
+    """One call that keeps the GIL for ``seconds`` (2.5 ttl: issue 31), so the
+    flow's interpreter never runs while its lease must be renewed. Writes
+    ``pid``, waits for the file ``go`` (made once the keeper has the lease),
+    then writes ``call-start`` and ``call-end`` (monotonic times)."""
+    (coord_dir() / "pid").write_text(str(os.getpid()))
+    deadline = time.monotonic() + BOUND
+    while not (coord_dir() / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (coord_dir() / "call-start").write_text(f"{time.monotonic():.6f}")
+    ctypes.PyDLL(None).sleep(seconds)
+    (coord_dir() / "call-end").write_text(f"{time.monotonic():.6f}")
+    return current_lease().token

@@ -62,7 +62,7 @@ def test_wait_runs_both_one_after_the_other(spawn: Any, coord: Path) -> None:
     bodies = entered(coord)
     assert len(bodies) == 2
     assert all(not body["others_inside"] for body in bodies), bodies
-    assert sorted(body["token"] for body in bodies) == [1, 2]
+    assert len({body["token"] for body in bodies}) == 2  # two grants, two tokens
 
 
 def test_wait_timeout_fails_naming_the_holder(spawn: Any, coord: Path) -> None:

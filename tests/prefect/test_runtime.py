@@ -51,8 +51,8 @@ def test_current_lease_in_flow_and_tasks() -> None:
 
     first = with_tasks()
     second = with_tasks()
-    assert first["flow"] == first["direct"] == first["submitted"] == 1
-    assert second["flow"] == second["direct"] == second["submitted"] == 2
+    assert first["flow"] == first["direct"] == first["submitted"] >= 1
+    assert second["flow"] == second["direct"] == second["submitted"] > first["flow"]
     assert first["meta"]["flow_name"] == "with-tasks" and first["meta"]["host"]
     assert "flow_run_id" in first["meta"] and "pid" in first["meta"]
     with pytest.raises(NoCurrentLease):
@@ -91,7 +91,8 @@ def test_current_lease_in_async_flow_and_tasks() -> None:
         futures = token_in_task.submit()
         return current_lease().token, await token_in_async_task(), futures.result()
 
-    assert asyncio.run(with_async_tasks()) == (1, 1, 1)
+    flow_token, in_async_task, in_task = asyncio.run(with_async_tasks())
+    assert flow_token == in_async_task == in_task >= 1
 
 
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
@@ -183,7 +184,7 @@ def test_leased_block_inside_tasks() -> None:
         return [first, second, third]
 
     first, second, third = partly_exclusive()
-    assert first == (1, 1) and second == 2
+    assert first[0] == first[1] < second
     # The flow's own block holds the key: a nested hold in the same thread is
     # refused at once as not re-entrant, naming the holder.
     assert third.is_failed() and "not re-entrant" in (third.message or "")
@@ -240,9 +241,10 @@ def test_store_from_a_prefect_block(tmp_path: Any) -> None:
     def by_instance() -> int:
         return current_lease().token
 
-    assert by_name() == 1 and by_instance() == 2
+    first, second = by_name(), by_instance()
+    assert first < second
     record = connect(f"sqlite://{db}").get("from-block")
-    assert record is not None and record.token == 2
+    assert record is not None and record.token == second
 
 
 def test_block_keeps_the_password_secret() -> None:

@@ -105,7 +105,16 @@ def test_a_url_without_secrets_comes_back_unchanged(url: str) -> None:
     ("mongodb://u@h/db?authMechanismProperties=AWS_SESSION_TOKEN:abcd", "mongodb://u@h/db?authMechanismProperties=***"),
     ("rediss://h/0?ssl_password=abcd&prefix=p", "rediss://h/0?ssl_password=***&prefix=p"),
     ("host=db user=u password='a b c' dbname=x", "host=db user=u password=*** dbname=x"),
-    ("u:secret1@db:5432", "***@db:5432"),
+    ("u:secret1@db:5432", "u:***@db:5432"),
+    # issue 32, finding 3: a host part that does not parse is masked whole;
+    # an '@' or ':' where a path goes, and a secret option's value up to the next name=
+    ("redis://u:secret1host:6379/0", "redis://***/0"),
+    ("postgresql://:secret1,[::1]:1/db", "postgresql://***/db"),
+    ("redis:///:secret1@h:1", "redis:///***@h:1"),
+    ("redis:///u:secret1h:1/0", "redis:///***/0"),
+    ("redis:/:secret1@h:1/0", "redis:***@h:1/0"),
+    ("redis:u:secret1h:1", "redis:***"),
+    ("redis://h/0?password=ab&cd&ef&prefix=p", "redis://h/0?password=***&prefix=p"),
 ])
 def test_masked_forms(url: str, shown: str) -> None:
     assert mask_url(url) == shown
@@ -128,7 +137,7 @@ def test_an_at_sign_in_a_query_value_is_refused_asking_for_percent_40() -> None:
 
 
 def test_a_bad_port_is_reported_without_its_text() -> None:
-    with pytest.raises(ConfigurationError, match="port is not a number") as caught:
+    with pytest.raises(ConfigurationError, match="port that is not a number") as caught:
         parse_url("redis://db.example:Kq9vW/0")
     assert "Kq9vW" not in str(caught.value)
 

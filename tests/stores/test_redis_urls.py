@@ -35,7 +35,7 @@ def test_cluster_and_sentinel_urls_list_their_hosts() -> None:
     ("redis+sentinel://s1:26379", "names the service"),
     ("redis+cluster://a:7000/1", "database 0 only"),
     ("redis://a:1,b:2/0", "bad store URL"),
-    ("redis+cluster://a:7000,b:x", "bad port"),
+    ("redis+cluster://a:7000,b:x", "port that is not a number"),
     ("redis+cluster://a:7000?max_connections=0", "between 1 and 100000"),
     ("redis+cluster://a:7000?sentinel_auth=true", "unknown option"),
     ("redis+sentinel://s1/svc/0/9", "unexpected path"),

@@ -6,6 +6,7 @@ the lease row, no secret column) are migrated on connect, counters kept."""
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -50,7 +51,31 @@ def test_deleting_the_sqlite_lease_row_does_not_reset_tokens(tmp_path: Path, key
         assert store.get(key) is None
         after = grant_and_release(store, key, "b")
     print(f"\nsqlite DELETE: tokens before {before}, after {after}")
-    assert after == before[-1] + 1
+    assert after > before[-1]
+
+
+@pytest.mark.parametrize("loss", ["deleted", "restored from a backup"])
+def test_a_lost_sqlite_file_never_grants_a_token_again(tmp_path: Path, key: str,
+                                                       loss: str) -> None:
+    """A file deleted, or put back from a backup taken before the last
+    grants, holds no counter (or an old one): the clock floor keeps every
+    token above all granted before (with last + 1 alone the next was 1, or
+    the backup's next, again)."""
+    path = tmp_path / "leases.db"
+    backup = tmp_path / "backup.db"
+    with connect(f"sqlite://{path}") as store:
+        before = [grant_and_release(store, key, "a")]
+        with sqlite3.connect(path) as db, sqlite3.connect(backup) as copy:
+            db.backup(copy)
+        before += [grant_and_release(store, key, f"a{i}") for i in range(3)]
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    if loss != "deleted":
+        shutil.copy(backup, path)
+    with connect(f"sqlite://{path}") as store:
+        after = grant_and_release(store, key, "b")
+    print(f"\nsqlite file {loss}: tokens before {before}, after {after}")
+    assert after > max(before)
 
 
 def test_deleting_the_postgres_lease_row_does_not_reset_tokens(
@@ -73,12 +98,18 @@ def test_an_old_sqlite_database_is_migrated_with_its_counters(tmp_path: Path) ->
     with sqlite3.connect(path) as db:
         db.executescript(OLD_SQLITE_SCHEMA)
     with connect(f"sqlite://{path}") as store:
-        assert grant_and_release(store, "old-key", "new") == 42
+        store.get("old-key")  # connected: migrated
+        with sqlite3.connect(path) as db:  # the old counter is carried over
+            counter = db.execute("SELECT token FROM lease_tokens WHERE key = 'old-key'").fetchone()
+        assert counter == (41,)
+        first = grant_and_release(store, "old-key", "new")
+        assert first > 41
         with sqlite3.connect(path) as db:
             db.execute("DELETE FROM leases WHERE key = 'old-key'")
-        assert grant_and_release(store, "old-key", "newer") == 43
+        second = grant_and_release(store, "old-key", "newer")
+        assert second > first
     with connect(f"sqlite://{path}") as again:  # a second connect migrates nothing twice
-        assert grant_and_release(again, "old-key", "third") == 44
+        assert grant_and_release(again, "old-key", "third") > second
 
 
 def test_truncating_the_postgres_lease_table_does_not_reset_tokens(postgres_url: str) -> None:

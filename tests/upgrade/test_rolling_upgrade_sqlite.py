@@ -77,33 +77,36 @@ def test_a_lease_held_by_the_old_version_survives_the_upgrade(db: Path, old: Old
         assert old("renew", "job", "sa", 1, 30) is True
         assert old("release", "job", "sa", 1) is True
         granted = new.acquire("job", "new-b", "sb", 30, {"v": "new"})
-        assert granted.granted and granted.record is not None and granted.record.token == 2
+        assert granted.granted and granted.record is not None and granted.record.token > 1
+        t2 = granted.record.token  # floored by the clock: far above the old version's 1
         # The new version's grant is busy to the old one, and its release
         # lets the old one grant above it.
         assert old("acquire", "job", "old-c", "sc", 30)["granted"] is False
-        assert new.release("job", "sb", 2)
+        assert new.release("job", "sb", t2)
         assert old("acquire", "job", "old-c", "sc", 30) == {
-            "granted": True, "holder": "old-c", "token": 3}
-        assert old("release", "job", "sc", 3) is True
-        assert new.acquire("job", "new-d", "sd", 30, {}).record.token == 4  # type: ignore[union-attr]
+            "granted": True, "holder": "old-c", "token": t2 + 1}
+        assert old("release", "job", "sc", t2 + 1) is True
+        t4 = new.acquire("job", "new-d", "sd", 30, {}).record.token  # type: ignore[union-attr]
+        assert t4 > t2 + 1
         # An old version granting over a new version's expired grant (a
         # takeover): the new grant's event comes first, then the old one's.
-        assert new.release("job", "sd", 4)
-        assert new.acquire("job", "new-e", "se", 0, {}).record.token == 5  # type: ignore[union-attr]
-        assert old("acquire", "job", "old-f", "sf", 30)["token"] == 6
-        assert old("release", "job", "sf", 6) is True
+        assert new.release("job", "sd", t4)
+        t5 = new.acquire("job", "new-e", "se", 0, {}).record.token  # type: ignore[union-attr]
+        assert t5 > t4
+        assert old("acquire", "job", "old-f", "sf", 30)["token"] == t5 + 1
+        assert old("release", "job", "sf", t5 + 1) is True
         assert kinds(new, "job") == [
             ("acquired", 1, "old-a"), ("released", 1, "old-a"),
-            ("acquired", 2, "new-b"), ("released", 2, "new-b"),
-            ("acquired", 3, "old-c"), ("released", 3, "old-c"),
-            ("acquired", 4, "new-d"), ("released", 4, "new-d"),
-            ("acquired", 5, "new-e"),
-            ("acquired", 6, "old-f"), ("released", 6, "old-f")]
+            ("acquired", t2, "new-b"), ("released", t2, "new-b"),
+            ("acquired", t2 + 1, "old-c"), ("released", t2 + 1, "old-c"),
+            ("acquired", t4, "new-d"), ("released", t4, "new-d"),
+            ("acquired", t5, "new-e"),
+            ("acquired", t5 + 1, "old-f"), ("released", t5 + 1, "old-f")]
         # The old version's own history reads the same table and order.
         assert [(k, t, h) for k, t, h, _ in old("history", "job")] == kinds(new, "job")
         events = new.history("job")
         assert events[2].detail == {"meta": {"v": "new"}} and events[8].detail == {"meta": {}}
-        assert events[9].detail == {"meta": {}, "took_over": {"token": 5, "holder": "new-e"}}
+        assert events[9].detail == {"meta": {}, "took_over": {"token": t5, "holder": "new-e"}}
     finally:
         new.close()
 
@@ -127,13 +130,13 @@ def test_tokens_keep_rising_after_a_delete_whichever_version_grants(
         assert old("acquire", "job", "old-b", "sb", 30)["token"] == last + 1
         assert old("release", "job", "sb", last + 1) is True
         rec = new.acquire("job", "new", "s", 30, {}).record
-        assert rec is not None and rec.token == last + 2
+        assert rec is not None and rec.token > last + 1
         # A held lease of the new version deleted with its grant's event
         # still in the row: the event is kept, the token too.
         with sqlite3.connect(db) as shell:
             shell.execute("DELETE FROM leases WHERE key = 'job'")
-        assert old("acquire", "job", "old-c", "sc", 30)["token"] == last + 3
+        assert old("acquire", "job", "old-c", "sc", 30)["token"] == rec.token + 1
         assert [(k, t) for k, t, _ in kinds(new, "job")][-3:] == [
-            ("released", last + 1), ("acquired", last + 2), ("acquired", last + 3)]
+            ("released", last + 1), ("acquired", rec.token), ("acquired", rec.token + 1)]
     finally:
         new.close()

@@ -6,17 +6,20 @@ pool, so a slow store never blocks the api-server's event loop."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from typing import Any
 
 from fastapi import FastAPI, Form, Header, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
-from lease_integrations.console.render import event_json, record_json
+from lease_integrations.console.render import event_json, finite_json, record_json
 from lease_integrations.core import ConfigurationError, LeaseError, LeaseEvent, LeaseRecord
 
 from . import auth, pages
 from .auth import CurrentUser
+from .layout import TOP_LINKS
 from .store_source import open_store
 
 HISTORY_LIMIT = 100
@@ -30,23 +33,39 @@ class AsciiJSONResponse(JSONResponse):  # type: ignore[misc]  # untyped for mypy
     route answered 500."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=True, allow_nan=False, indent=None,
-                          separators=(",", ":")).encode("ascii")
+        try:
+            text = json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+        except ValueError:  # a NaN in stored meta or detail (a hand-written event): as text
+            text = json.dumps(finite_json(content), ensure_ascii=True, allow_nan=False,
+                              separators=(",", ":"))
+        return text.encode("ascii")
 
 
-#: Sent with every response, errors included: only the Airflow UI's own
-#: origin may frame the pages. They live in the UI's iframe, so ``DENY`` would
-#: break them; without a policy a page on another origin (even a sibling port
-#: or subdomain of the same site, which the browser still sends the session
-#: cookie from) could frame the confirm page invisibly and have a signed-in
-#: admin click "Break". X-Frame-Options for browsers without CSP level 2.
-FRAME_HEADERS = ((b"content-security-policy", b"frame-ancestors 'self'"),
-                 (b"x-frame-options", b"SAMEORIGIN"))
+#: The hash of the page's one script (``layout.TOP_LINKS``), the only script
+#: the policy lets run: an injected ``<script>`` or ``on*=`` attribute would not.
+SCRIPT_HASH = base64.b64encode(hashlib.sha256(TOP_LINKS.encode()).digest()).decode()
+
+#: Sent with every response, errors and 500s included. Only the Airflow UI's
+#: own origin may frame the pages: they live in the UI's iframe, so ``DENY``
+#: would break them; without a policy a page on another origin (even a sibling
+#: port or subdomain of the same site, which the browser still sends the
+#: session cookie from) could frame the confirm page invisibly and have a
+#: signed-in admin click "Break". X-Frame-Options for browsers without CSP
+#: level 2; ``nosniff`` so no response (JSON of stored meta) is ever read as
+#: a script or a page.
+SECURITY_HEADERS = (
+    (b"content-security-policy",
+     f"frame-ancestors 'self'; script-src 'sha256-{SCRIPT_HASH}'; object-src 'none'; "
+     "base-uri 'none'".encode()),
+    (b"x-frame-options", b"SAMEORIGIN"),
+    (b"x-content-type-options", b"nosniff"),
+)
 
 
-class FramePolicy:
-    """Plain ASGI middleware that adds ``FRAME_HEADERS`` to every response
-    start (the app's own error pages and JSON included)."""
+class SecurityHeaders:
+    """Plain ASGI middleware that adds ``SECURITY_HEADERS`` to every response
+    start. It wraps the whole app (``LeasesApp``), outside Starlette's error
+    middleware, which answers a 500 itself and would otherwise send it bare."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -60,15 +79,23 @@ class FramePolicy:
             if message["type"] == "http.response.start":
                 present = {name.lower() for name, _ in message.get("headers", [])}
                 message["headers"] = [*message.get("headers", []),
-                                      *(h for h in FRAME_HEADERS if h[0] not in present)]
+                                      *(h for h in SECURITY_HEADERS if h[0] not in present)]
             await send(message)
 
         await self.app(scope, receive, send_with_policy)
 
 
-app = FastAPI(title="Leases", description="Lease locks of lease_integrations (key, holder, token).",
-              docs_url=None, redoc_url=None, openapi_url=None,
-              default_response_class=AsciiJSONResponse)
+class LeasesApp(FastAPI):  # type: ignore[misc]  # untyped for mypy without FastAPI
+    """FastAPI with ``SecurityHeaders`` outermost: ``add_middleware`` would
+    put it inside ``ServerErrorMiddleware``."""
+
+    def build_middleware_stack(self) -> Any:
+        return SecurityHeaders(super().build_middleware_stack())
+
+
+app = LeasesApp(title="Leases", description="Lease locks of lease_integrations (key, holder, token).",
+                docs_url=None, redoc_url=None, openapi_url=None,
+                default_response_class=AsciiJSONResponse)
 
 
 def _is_api(request: Request) -> bool:
@@ -97,41 +124,46 @@ def _store_error(request: Request, exc: LeaseError) -> Response:
 
 
 def _dag_leases(records: list[LeaseRecord], dag_id: str) -> list[LeaseRecord]:
-    return [r for r in records if r.holder is not None and r.meta.get("dag_id") == dag_id]
+    return [r for r in records if r.holder is not None and auth.dag_of(r.meta, r.holder) == dag_id]
+
+
+def _key_history(access: auth.Access, key: str, store: Any,
+                 limit: int) -> tuple[LeaseRecord | None, list[LeaseEvent], int]:
+    """A key's record and events from one read of each, cut down to what the
+    user may read (the record, and each event on its own); 404, as for a
+    missing key, when that leaves nothing. Also the number of events the
+    store could not parse (shown as a count: their DAG cannot be told)."""
+    access.require_page()
+    record, events = store.get(key), store.history(key, limit)
+    unreadable = len(getattr(events, "unreadable", ()))
+    shown = access.events(events, record)
+    if not access.may_learn_exists(record):
+        record = None
+    if record is None and not shown:
+        raise auth.not_found(key)
+    return record, shown, unreadable
 
 
 # -- pages ---------------------------------------------------------------------
-def _visible(user: Any, records: list[LeaseRecord]) -> list[LeaseRecord]:
-    """The rows this user may see (the rule is in ``auth``'s docstring)."""
-    access = auth.DagAccess(user)
-    return [r for r in records if access.record(r)]
-
-
-def _key_history(user: Any, key: str, store: Any) -> tuple[LeaseRecord | None, list[LeaseEvent]]:
-    """A key's record and events, 403 unless the user may read every DAG they name."""
-    auth.require_page(user)
-    record, events = store.get(key), store.history(key, HISTORY_LIMIT)
-    access = auth.DagAccess(user)
-    access.require_key((record is None or access.record(record)) and access.events(events))
-    return record, events
-
-
 def leases(prefix: str = "", user: Any = CurrentUser) -> str:
-    auth.require_page(user)
+    access = auth.Access(user)
+    access.require_page()
     with open_store() as (store, source):
-        records = _visible(user, store.list(prefix))
-    return pages.leases_page(records, source, prefix, can_break=auth.may_break(user),
+        records = access.records(store.list(prefix))
+    return pages.leases_page(records, source, prefix, can_break=access.may_break_leases(),
                              user=auth.user_name(user))
 
 
 def history(key: str = Query(min_length=1), user: Any = CurrentUser) -> str:
+    access = auth.Access(user)
     with open_store() as (store, source):
-        record, events = _key_history(user, key, store)
-    return pages.history_page(key, record, events, source, can_break=auth.may_break(user))
+        record, events, unreadable = _key_history(access, key, store, HISTORY_LIMIT)
+    return pages.history_page(key, record, events, source, can_break=access.may_break_leases(),
+                              unreadable=unreadable)
 
 
 def dag_tab(dag_id: str = Query(min_length=1), user: Any = CurrentUser) -> str:
-    auth.DagAccess(user).require_dag(dag_id)
+    auth.Access(user).require_dag(dag_id)
     with open_store() as (store, source):
         records = _dag_leases(store.list(), dag_id)
     return pages.dag_page(dag_id, records, source)
@@ -139,14 +171,12 @@ def dag_tab(dag_id: str = Query(min_length=1), user: Any = CurrentUser) -> str:
 
 def confirm_break(key: str = Query(min_length=1), user: Any = CurrentUser) -> str:
     """Step one: show what would be broken; the form posts step two."""
-    auth.require_break_permission(user)
+    access = auth.Access(user)
+    access.require_break_permission()
     with open_store() as (store, source):
         record = store.get(key)
-    if record is not None:
-        access = auth.DagAccess(user)
-        access.require_key(access.record(record))
-    if record is None or record.holder is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"lease {key!r} is not held; nothing to break")
+    if record is None or record.holder is None or not access.may_break(record):
+        raise auth.not_found(key, "no held lease")
     return pages.confirm_page(record, auth.confirm_token(user, key, record.token), source)
 
 
@@ -159,34 +189,33 @@ def do_break(key: str = Form(min_length=1), token: int = Form(), confirm: str = 
 
 # -- JSON ----------------------------------------------------------------------
 def api_leases(prefix: str = "", user: Any = CurrentUser) -> dict[str, Any]:
-    auth.require_page(user)
+    access = auth.Access(user)
+    access.require_page()
     with open_store() as (store, source):
-        records = _visible(user, store.list(prefix))
+        records = access.records(store.list(prefix))
     return {"store": source.masked_url, "found_through": source.origin,
-            "may_break": auth.may_break(user), "leases": [record_json(r) for r in records]}
+            "may_break": access.may_break_leases(), "leases": [record_json(r) for r in records]}
 
 
 def api_lease(key: str = Query(min_length=1), user: Any = CurrentUser) -> dict[str, Any]:
-    auth.require_page(user)
+    access = auth.Access(user)
+    access.require_page()
     with open_store() as (store, _):
         record = store.get(key)
-    if record is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no lease {key!r}")
-    access = auth.DagAccess(user)
-    access.require_key(access.record(record))
+    if record is None or not access.may_learn_exists(record):
+        raise auth.not_found(key)
     return record_json(record)
 
 
 def api_history(key: str = Query(min_length=1), limit: int = Query(HISTORY_LIMIT, ge=1, le=1000),
                 user: Any = CurrentUser) -> dict[str, Any]:
     with open_store() as (store, _):
-        _key_history(user, key, store)
-        events = store.history(key, limit)
-    return {"key": key, "events": [event_json(e) for e in events]}
+        _, events, unreadable = _key_history(auth.Access(user), key, store, limit)
+    return {"key": key, "events": [event_json(e) for e in events], "unreadable_events": unreadable}
 
 
 def api_dag(dag_id: str = Query(min_length=1), user: Any = CurrentUser) -> dict[str, Any]:
-    auth.DagAccess(user).require_dag(dag_id)
+    auth.Access(user).require_dag(dag_id)
     with open_store() as (store, _):
         records = _dag_leases(store.list(), dag_id)
     return {"dag_id": dag_id, "leases": [record_json(r) for r in records]}
@@ -195,40 +224,42 @@ def api_dag(dag_id: str = Query(min_length=1), user: Any = CurrentUser) -> dict[
 def api_break(key: str = Query(min_length=1), token: int | None = Query(None),
               x_lease_break: str | None = Header(None), user: Any = CurrentUser) -> dict[str, Any]:
     """For scripts: needs the ``X-Lease-Break: <key>`` header; ``token`` (optional)
-    refuses the break with 409 when someone else holds the key by now."""
+    refuses the break with 409 unless the key is still held on that token."""
     before, _ = _break(user, key, token, header=x_lease_break, confirm=None)
-    return {"key": key, "broken": before is not None and before.holder is not None,
-            "by": auth.user_name(user), "before": None if before is None else record_json(before)}
+    return {"key": key, "broken": before is not None, "by": auth.user_name(user),
+            "before": None if before is None else record_json(before)}
 
 
 def _break(user: Any, key: str, token: int | None, *, header: str | None,
            confirm: str | None) -> tuple[LeaseRecord | None, Any]:
-    auth.require_break_permission(user)
+    """Break exactly the record whose DAG was checked: the store's break is
+    conditional on that record's token, in one atomic step, so a holder that
+    took the key after the read (of another DAG, even) is never broken, and a
+    key with no record is never broken at all. Nothing read after the break
+    is shown: it could be another DAG's record."""
+    access = auth.Access(user)
+    access.require_break_permission()
     auth.require_intent(user, key, token, header=header, confirm=confirm)
     with open_store() as (store, source):
-        # The break is always on a token: the confirmed one, else the one of
-        # the record the user was just allowed to see. The store breaks only
-        # that lease, in one step: a check here followed by the break would
-        # break a holder that took the key in between (of another DAG, even).
         current = store.get(key)
-        if current is not None:
-            access = auth.DagAccess(user)
-            access.require_key(access.record(current))
-            if token is None:
-                token = current.token
-        before = store.force_release(key, auth.user_name(user), token=token)
-        if before is None and token is not None:
-            current = store.get(key)
-            if current is not None and current.holder is not None:
-                raise HTTPException(status.HTTP_409_CONFLICT,
-                                    f"lease {key!r} changed hands (token {current.token}, you "
-                                    f"confirmed {token}); nothing broken, look again")
+        if current is None or current.holder is None or not access.may_break(current):
+            raise auth.not_found(key, "nothing was broken: no held lease")
+        if token is not None and token != current.token:
+            raise _changed_hands(key, token)
+        before = store.force_release(key, auth.user_name(user), token=current.token)
+        if before is None:
+            raise _changed_hands(key, current.token)
     return before, source
+
+
+def _changed_hands(key: str, token: int) -> HTTPException:
+    return HTTPException(status.HTTP_409_CONFLICT,
+                         f"lease {key!r} is no longer held on token {token}; nothing broken, "
+                         "look again")
 
 
 # -- routes --------------------------------------------------------------------
 # Registered by call rather than by decorator: FastAPI's decorators are untyped for mypy.
-app.add_middleware(FramePolicy)
 app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
 app.add_exception_handler(LeaseError, _store_error)  # type: ignore[arg-type]
 app.add_api_route("/", leases, methods=["GET"], response_class=HTMLResponse)

@@ -1,22 +1,15 @@
-"""Who may see leases, who may break them, and proof that a break was meant.
+"""Who may read a lease, break it, or learn that it exists, and proof that a
+break was meant. The rule itself is written once, in
+docs/operating/security.md ("Who may see and break leases"); here it is one
+method per question on ``Access``, and every route asks those methods.
 
 Every route depends on ``get_user``, which accepts the UI's session cookie or
-a Bearer token and answers 401 without one. Beyond that, the auth manager
-decides (FAB, Keycloak or a custom one may grant per DAG):
-
-- the Leases page, its JSON and a key's history need ``GET`` on the custom
-  view ``Leases`` (``is_authorized_custom_view``; under SimpleAuthManager
-  every role has it);
-- a lease whose meta names a ``dag_id`` is shown only to users who may read
-  that DAG (``is_authorized_dag(method="GET")``); a lease that names no DAG
-  (a Prefect flow's, a script's) needs only the page's permission. A key's
-  history and record need read on every DAG its record and events name;
-- the DAG tab needs read on its DAG, and shows only that DAG's leases;
-- breaking needs, besides the lease's read rule, the auth manager's
-  permission for a custom action, ``is_authorized_custom_view(method="DELETE",
-  resource_name="Leases")``; SimpleAuthManager's version of it ignores method
-  and resource (any Viewer would pass), so under it only the Admin role may
-  break.
+a Bearer token and answers 401 without one. Beyond that the auth manager
+decides (FAB, Keycloak or a custom one may grant per DAG). A row or event
+belongs to a DAG when its meta names a ``dag_id``, when its holder is a DAG
+run's (``dagrun:<dag_id>:<run_id>``), or when it carries the token of an
+event that does (a lease's ``released`` event names no meta once its
+``acquired`` event was trimmed).
 
 A break arrives with the browser's cookie, so a page on another site could
 post one: every break must also carry either the ``X-Lease-Break`` header
@@ -56,77 +49,129 @@ def user_name(user: Any) -> str:
     return str(user.get_name())
 
 
-def may_read_page(user: Any) -> bool:
-    from airflow.api_fastapi.app import get_auth_manager
-
-    return bool(get_auth_manager().is_authorized_custom_view(method="GET", resource_name=RESOURCE,
-                                                             user=user))
+#: The holder name of a DAG run's lease (``run_lease_tasks``): ``dagrun:<dag_id>:<run_id>``.
+DAG_RUN_HOLDER = "dagrun:"
 
 
-def require_page(user: Any) -> None:
-    if not may_read_page(user):
-        raise HTTPException(status.HTTP_403_FORBIDDEN,
-                            f"user {user_name(user)!r} may not view leases (needs GET on "
-                            f"{RESOURCE!r})")
+def dag_of(meta: Any, holder: str | None) -> str | None:
+    """The DAG a record or event names: its meta's ``dag_id``, else the one in
+    a DAG-run holder's name; None for a row of no DAG (a flow's, a script's)."""
+    dag_id = meta.get("dag_id") if isinstance(meta, Mapping) else None
+    if dag_id is not None and dag_id != "":
+        return str(dag_id)
+    if isinstance(holder, str) and holder.startswith(DAG_RUN_HOLDER):
+        return holder[len(DAG_RUN_HOLDER):].partition(":")[0] or None
+    return None
 
 
-class DagAccess:
-    """The auth manager's answers for one request's user, one call per DAG."""
+def event_dags(events: Iterable[LeaseEvent], record: LeaseRecord | None = None) -> list[str | None]:
+    """The DAG of each event, in order. An event that names none itself takes
+    the DAG of another event (or of the record) with the same token: one token
+    is one grant, so they belong to the same run."""
+    events = list(events)
+    by_token: dict[int, str] = {}
+    if record is not None and (dag := dag_of(record.meta, record.holder)) is not None:
+        by_token[record.token] = dag
+    own = [dag_of(e.detail.get("meta") if isinstance(e.detail, Mapping) else None, e.holder)
+           for e in events]
+    for event, dag in zip(events, own):
+        if dag is not None:
+            by_token.setdefault(event.token, dag)
+    return [dag if dag is not None else by_token.get(e.token) for e, dag in zip(events, own)]
+
+
+class Access:
+    """One request's user and the auth manager's answers (one call per
+    question and DAG): the only place the per-DAG rule is decided."""
 
     def __init__(self, user: Any) -> None:
         self.user = user
-        self._known: dict[str, bool] = {}
+        self._dags: dict[str, bool] = {}
+        self._page: bool | None = None
+        self._break: bool | None = None
 
-    def dag(self, dag_id: str) -> bool:
-        found = self._known.get(dag_id)
+    def may_read_page(self) -> bool:
+        """``GET`` on the custom view ``Leases``."""
+        if self._page is None:
+            from airflow.api_fastapi.app import get_auth_manager
+
+            self._page = bool(get_auth_manager().is_authorized_custom_view(
+                method="GET", resource_name=RESOURCE, user=self.user))
+        return self._page
+
+    def may_read_dag(self, dag_id: str) -> bool:
+        found = self._dags.get(dag_id)
         if found is None:
             from airflow.api_fastapi.app import get_auth_manager
             from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
 
-            found = self._known[dag_id] = bool(get_auth_manager().is_authorized_dag(
+            found = self._dags[dag_id] = bool(get_auth_manager().is_authorized_dag(
                 method="GET", details=DagDetails(id=dag_id), user=self.user))
         return found
 
-    def meta(self, meta: Mapping[str, Any]) -> bool:
-        """True when the meta names no DAG, or one the user may read."""
-        dag_id = meta.get("dag_id") if isinstance(meta, Mapping) else None
-        return dag_id is None or dag_id == "" or self.dag(str(dag_id))
+    def may_break_leases(self) -> bool:
+        """The page's permission and ``DELETE`` on ``Leases`` (under
+        SimpleAuthManager, whose version ignores method and resource, the
+        Admin role)."""
+        if self._break is None:
+            from airflow.api_fastapi.app import get_auth_manager
+            from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import (
+                SimpleAuthManager,
+            )
 
-    def record(self, record: LeaseRecord) -> bool:
-        return self.meta(record.meta)
+            manager = get_auth_manager()
+            if isinstance(manager, SimpleAuthManager):
+                allowed = str(getattr(self.user, "role", "") or "").upper() == "ADMIN"
+            else:
+                allowed = bool(manager.is_authorized_custom_view(
+                    method="DELETE", resource_name=RESOURCE, user=self.user))
+            self._break = allowed and self.may_read_page()
+        return self._break
 
-    def events(self, events: Iterable[LeaseEvent]) -> bool:
-        """True when every DAG the events' holders named may be read."""
-        return all(self.meta(e.detail.get("meta") or {}) for e in events)
+    # -- the three questions (docs/operating/security.md) ---------------------
+    def may_read(self, dag_id: str | None) -> bool:
+        """May this user read a row or event of ``dag_id`` (None: of no DAG)
+        on the Leases page or its JSON?"""
+        return self.may_read_page() and (dag_id is None or self.may_read_dag(dag_id))
+
+    def may_learn_exists(self, record: LeaseRecord | None) -> bool:
+        """May the user learn that this record exists? Exactly when they may
+        read it: a record they may not read answers as a missing key does."""
+        return record is not None and self.may_read(dag_of(record.meta, record.holder))
+
+    def may_break(self, record: LeaseRecord) -> bool:
+        """May the user break this very record (its token, nothing else)?"""
+        return self.may_learn_exists(record) and self.may_break_leases()
+
+    # -- filters and refusals ---------------------------------------------------
+    def records(self, records: Iterable[LeaseRecord]) -> list[LeaseRecord]:
+        return [r for r in records if self.may_learn_exists(r)]
+
+    def events(self, events: Iterable[LeaseEvent], record: LeaseRecord | None) -> list[LeaseEvent]:
+        events = list(events)
+        return [e for e, dag in zip(events, event_dags(events, record)) if self.may_read(dag)]
+
+    def require_page(self) -> None:
+        if not self.may_read_page():
+            raise HTTPException(status.HTTP_403_FORBIDDEN,
+                                f"user {user_name(self.user)!r} may not view leases (needs GET on "
+                                f"{RESOURCE!r})")
 
     def require_dag(self, dag_id: str) -> None:
-        if not self.dag(dag_id):
+        if not self.may_read_dag(dag_id):
             raise HTTPException(status.HTTP_403_FORBIDDEN,
                                 f"user {user_name(self.user)!r} may not read DAG {dag_id!r}")
 
-    def require_key(self, ok: bool) -> None:
-        """403 without naming the DAG: the user did not ask about one."""
-        if not ok:
+    def require_break_permission(self) -> None:
+        if not self.may_break_leases():
             raise HTTPException(status.HTTP_403_FORBIDDEN,
-                                f"user {user_name(self.user)!r} may not read a DAG that holds or "
-                                "held this lease")
+                                f"user {user_name(self.user)!r} may not break leases (needs GET and "
+                                f"DELETE on {RESOURCE!r}; the Admin role under SimpleAuthManager)")
 
 
-def may_break(user: Any) -> bool:
-    from airflow.api_fastapi.app import get_auth_manager
-    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
-
-    manager = get_auth_manager()
-    if isinstance(manager, SimpleAuthManager):
-        return str(getattr(user, "role", "") or "").upper() == "ADMIN"
-    return bool(manager.is_authorized_custom_view(method="DELETE", resource_name=RESOURCE, user=user))
-
-
-def require_break_permission(user: Any) -> None:
-    if not may_break(user):
-        raise HTTPException(status.HTTP_403_FORBIDDEN,
-                            f"user {user_name(user)!r} may not break leases (needs DELETE on "
-                            f"{RESOURCE!r}; the Admin role under SimpleAuthManager)")
+def not_found(key: str, what: str = "no lease") -> HTTPException:
+    """The answer for a missing key and for a key the user may not read alike."""
+    return HTTPException(status.HTTP_404_NOT_FOUND, f"{what} {key!r}")
 
 
 def _signing_key() -> bytes:

@@ -71,7 +71,7 @@ def leases_page(records: Sequence[LeaseRecord], source: StoreSource, prefix: str
 
 
 def history_page(key: str, record: LeaseRecord | None, events: Sequence[LeaseEvent],
-                 source: StoreSource, *, can_break: bool) -> str:
+                 source: StoreSource, *, can_break: bool, unreadable: int = 0) -> str:
     now = ""
     if record is not None:
         now = _rows([record], can_break=can_break, up="../")
@@ -87,6 +87,8 @@ def history_page(key: str, record: LeaseRecord | None, events: Sequence[LeaseEve
         + "<h2>Events (oldest first)</h2><table><thead><tr><th>At</th><th>Event</th>"
         "<th>Token</th><th>Holder</th><th>Detail</th></tr></thead>"
         f"<tbody>{rows}</tbody></table>"
+        + (f'<p class="note">{unreadable} more event(s) could not be read (written by hand?); '
+           "<code>leasectl history</code> names them.</p>" if unreadable else "")
         + f'<p class="muted">{link(_q("api/history", key=key), "JSON")}</p>'
     )
     return page(f"Lease {key}", body, store=source.masked_url)

@@ -1,0 +1,176 @@
+"""What the keeper tests observe from outside the job: processes read from
+``/proc`` (identified by pid and start time, so a reused pid is never taken
+for the old process), the job's output lines, and bounded polls.
+
+Every time here is ``time.monotonic()`` (``CLOCK_MONOTONIC``): one clock for
+the whole host, so times taken in the test, the job and the contender compare."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from lease_integrations import LeaseStore
+from tests.cli.cli_helpers import poll
+
+#: (pid, start time in clock ticks since boot): a process, safe from pid reuse.
+Process = tuple[int, int]
+KEEPER_MODULE = "lease_integrations.core.keeper"
+
+
+def stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, start time) of a process, or None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+def alive(process: Process) -> bool:
+    """Running or stopped; not a zombie, not gone, not a reused pid."""
+    found = stat(process[0])
+    return found is not None and found[2] == process[1] and found[0] not in ("Z", "X")
+
+
+def state(process: Process) -> str | None:
+    found = stat(process[0])
+    return found[0] if found is not None and found[2] == process[1] else None
+
+
+def identify(pid: int) -> Process | None:
+    found = stat(pid)
+    return None if found is None or found[0] in ("Z", "X") else (pid, found[2])
+
+
+def children(pid: int) -> list[int]:
+    """Live processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            row = stat(int(entry.name))
+            if row is not None and row[1] == pid and row[0] not in ("Z", "X"):
+                found.append(int(entry.name))
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace")
+    except OSError:
+        return ""
+
+
+def is_keeper(pid: int) -> bool:
+    return KEEPER_MODULE in cmdline(pid)
+
+
+def tree(root: int) -> set[Process]:
+    """``root`` and every live process below it, except the keeper (which
+    is the job's child, but none of the job's work)."""
+    found: set[Process] = set()
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        process = identify(pid)
+        if process is None or (pid != root and is_keeper(pid)):
+            continue
+        found.add(process)
+        todo.extend(children(pid))
+    return found
+
+
+def keeper_of(job_pid: int, timeout: float = 20.0) -> Process:
+    """The job's keeper: its child whose command line names the keeper module."""
+    def find() -> Process | None:
+        if identify(job_pid) is None:
+            raise AssertionError(f"the job ({job_pid}) is gone")
+        for pid in children(job_pid):
+            if is_keeper(pid):
+                return identify(pid)
+        return None
+    return poll(find, timeout, f"a child of the job ({job_pid}) running {KEEPER_MODULE}", 0.01)
+
+
+def has_store_open(pid: int, url: str) -> bool:
+    """Whether ``pid`` holds its store open: a socket, or for SQLite the
+    database file (a keeper that has one is past its imports and connect)."""
+    path = url.split("://", 1)[1].split("?", 1)[0] if url.startswith("sqlite:") else None
+    try:
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        return False
+    return any(link.startswith("socket:") or (path is not None and link == path)
+               for link in links)
+
+
+def serving_keeper(job_pid: int, url: str, timeout: float) -> Process | None:
+    """The job's keeper once it has its store open, or None if there is none
+    by ``timeout`` (the code under test has no keeper: the test goes on and
+    judges what the job does without one)."""
+    def opened() -> bool:
+        if identify(job_pid) is None:
+            raise AssertionError(f"the job ({job_pid}) is gone")
+        return has_store_open(keeper[0], url)
+
+    try:
+        keeper = keeper_of(job_pid, timeout)
+        poll(opened, timeout, "the keeper to open its store", 0.01)
+    except AssertionError:
+        return None
+    return keeper
+
+
+def wait_gone(processes: set[Process], timeout: float, every: float = 0.002) -> float:
+    """Poll until none of ``processes`` is alive; the monotonic time that was first seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = time.monotonic()
+        if not any(alive(p) for p in processes):
+            return now
+        if now > deadline:
+            left = sorted((p, state(p), cmdline(p[0])) for p in processes if alive(p))
+            raise AssertionError(f"still alive after {timeout} s: {left}")
+        time.sleep(every)
+
+
+def lines(path: Path) -> dict[str, list[str]]:
+    """A job's or contender's output: first word -> the rest of its last such line."""
+    found: dict[str, list[str]] = {}
+    if path.exists():
+        for line in path.read_text(errors="replace").splitlines():
+            if line.strip():
+                word, *rest = line.split()
+                found[word] = rest
+    return found
+
+
+def expires_at(store: LeaseStore, key: str, token: int) -> datetime | None:
+    record = store.get(key)
+    if record is None or record.token != token or record.holder is None:
+        return None
+    return record.expires_at
+
+
+def renewed_by_the_keeper(store: LeaseStore, key: str, token: int) -> None:
+    """Wait for one renewal after the grant: the keeper has taken the lease over."""
+    first = expires_at(store, key, token)
+    poll(lambda: (expires_at(store, key, token) or first) != first, 6.0,
+         "a renewal of the lease after its grant", 0.01)
+
+
+def least_time_to_expiry(store: LeaseStore, key: str, token: int,
+                         running: Callable[[], bool]) -> float:
+    """The least time to expiry the store showed for the lease (every 50 ms)
+    while ``running()``: at or below 0, the store let it expire."""
+    least = float("inf")
+    while running():
+        record = store.get(key)
+        if record is not None and record.token == token and record.expires_in is not None:
+            least = min(least, record.expires_in)
+        time.sleep(0.05)
+    return least

@@ -1,0 +1,168 @@
+"""The keeper's contract when a process dies or stops (issue 31, contract
+items 3-5): a job stopped alone, a job killed while its child runs, a keeper
+killed mid-hold. Each job is a real process (``keeper_job.py``) at ttl 2 s,
+observed from outside through the store, ``/proc`` and exit statuses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+
+from lease_integrations import connect
+from tests.keeper.keeper_observe import (
+    Process,
+    alive,
+    expires_at,
+    keeper_of,
+    renewed_by_the_keeper,
+    wait_gone,
+)
+from tests.keeper.keeper_runs import Contender, Run, figures
+
+TTL = 2.0
+HEARTBEAT, MARGIN = TTL / 3, TTL / 5
+#: A renewal the keeper sent just before the job stopped or died still lands:
+#: its round trip, on a loaded machine, is the only slack allowed.
+IN_FLIGHT = 0.25
+#: "Within milliseconds" (the death pipe), with room for a loaded machine.
+DEATH_PIPE_BOUND = 0.5
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> str:
+    from tests.conftest import store_url_for
+
+    return store_url_for(request, request.param, tmp_path)
+
+
+def test_a_job_stopped_alone_is_not_renewed_and_is_killed_at_its_deadline(
+        url: str, key: str, start_job: Callable[..., Run],
+        start_contender: Callable[..., Contender]) -> None:
+    """SIGSTOP of the job process alone (state T; its child runs on): the
+    lease is not renewed past the stop, and every process of the job is
+    gone before the contender's grant."""
+    contender = start_contender(url, key)
+    job = start_job(url, key, "--ttl", str(TTL), "--sleep", "60", "--children")
+    token = int(job.lines()["held"][1])
+    processes = job.tree()
+    contender.wait_for("ready")
+    with connect(url) as store:
+        renewed_by_the_keeper(store, key, token)
+        os.kill(job.pid, signal.SIGSTOP)
+        stopped, stopped_wall = time.monotonic(), time.time()
+        contender.go()
+        last_expiry = stopped_wall
+        while contender.grant() is None and any(alive(p) for p in processes):
+            at = expires_at(store, key, token)
+            last_expiry = max(last_expiry, at.timestamp()) if at else last_expiry
+            assert time.monotonic() < stopped + 3 * TTL, "nothing happened to the stopped job"
+            time.sleep(0.01)
+        gone = wait_gone(processes, 2 * TTL)
+    granted = float(contender.wait_for("granted", 3 * TTL)[1])
+    status = job.process.wait(10)
+    figures(test="sigstop", store=url.split(":")[0], stop_to_gone_s=gone - stopped,
+            stop_to_grant_s=granted - stopped, margin_left_s=granted - gone,
+            renewed_after_stop_s=last_expiry - TTL - stopped_wall, status=status)
+    assert gone < granted, f"the stopped job ran {gone - granted:.3f} s past the contender's grant"
+    assert last_expiry <= stopped_wall + TTL + IN_FLIGHT, (
+        f"the stopped job's lease was renewed {last_expiry - TTL - stopped_wall:.3f} s "
+        "after it stopped")
+    assert status == -9, status
+
+
+def test_a_killed_job_stops_the_renewals_and_its_lease_expires(
+        url: str, key: str, start_job: Callable[..., Run],
+        start_contender: Callable[..., Contender]) -> None:
+    """SIGKILL of the job while its child runs: no renewal after it (the
+    record's ``expires_at`` stops moving), the lease is never released (its
+    child may still run): a contender gets it by taking over the expired
+    lease, no earlier than its expiry. The keeper is gone by then."""
+    contender = start_contender(url, key)
+    job = start_job(url, key, "--ttl", str(TTL), "--sleep", "60", "--children")
+    token = int(job.lines()["held"][1])
+    processes = job.tree()
+    keeper = keeper_of(job.pid)
+    contender.wait_for("ready")
+    with connect(url) as store:
+        renewed_by_the_keeper(store, key, token)
+        os.kill(job.pid, signal.SIGKILL)
+        killed, killed_wall = time.monotonic(), time.time()
+        contender.go()
+        last_expiry, keeper_gone = killed_wall, None
+        while contender.grant() is None:
+            at = expires_at(store, key, token)
+            last_expiry = max(last_expiry, at.timestamp()) if at else last_expiry
+            if keeper_gone is None and not alive(keeper):
+                keeper_gone = time.monotonic()
+            assert time.monotonic() < killed + 3 * TTL, "the contender was never granted"
+            time.sleep(0.01)
+        events = store.history(key)
+    children_at_grant = [p for p in processes if p[0] != job.pid and alive(p)]
+    after = [e for e in events if e.token == token and e.kind != "acquired"]
+    grant = next(e for e in events if e.kind == "acquired" and e.token != token)
+    figures(test="job-sigkill", store=url.split(":")[0],
+            renewed_after_kill_s=last_expiry - TTL - killed_wall,
+            kill_to_grant_s=grant.at.timestamp() - killed_wall,
+            grant_after_expiry_s=grant.at.timestamp() - last_expiry,
+            keeper_gone_after_s=-1.0 if keeper_gone is None else keeper_gone - killed,
+            children_alive_at_grant=len(children_at_grant))
+    assert job.process.wait(10) == -9
+    assert last_expiry <= killed_wall + TTL + IN_FLIGHT, (
+        f"the dead job's lease was renewed {last_expiry - TTL - killed_wall:.3f} s after it died")
+    assert not [e for e in after if e.kind == "released"], f"released while its child ran: {after}"
+    assert grant.detail.get("took_over", {}).get("token") == token, grant
+    assert grant.at.timestamp() >= last_expiry, "granted before the dead job's lease expired"
+    assert keeper_gone is not None, "the keeper outlived the dead job's lease"
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "gil-held"])
+def test_a_killed_keeper_takes_the_job_with_it(
+        url: str, key: str, busy: bool, start_job: Callable[..., Run]) -> None:
+    """SIGKILL of the keeper mid-hold, the job idle (a sleep) or inside a call
+    that keeps the GIL: the job is gone within a few hundred milliseconds,
+    by the kernel (the death pipe), not by its own interpreter."""
+    work = ["--gil", "5"] if busy else ["--sleep", "60"]
+    job = start_job(url, key, "--ttl", str(TTL), *work, "--children", "--wait-go")
+    processes = job.tree()
+    keeper: Process | None = job.go_once_kept(url, key)
+    assert keeper is not None, "the job has no keeper"
+    if busy:
+        job.wait_for("call-start")
+    os.kill(keeper[0], signal.SIGKILL)
+    killed = time.monotonic()
+    job_gone = wait_gone({p for p in processes if p[0] == job.pid}, 5)
+    status = job.process.wait(10)
+    children = [p for p in processes if p[0] != job.pid and alive(p)]
+    figures(test="keeper-sigkill", store=url.split(":")[0], gil_held=busy,
+            kill_to_job_gone_s=job_gone - killed, status=status,
+            children_alive_after=len(children))
+    assert status == -9, status
+    assert "call-end" not in job.lines()
+    assert job_gone - killed <= DEATH_PIPE_BOUND, (
+        f"the job outlived its keeper by {job_gone - killed:.3f} s")
+
+
+@pytest.mark.parametrize("stuck", [None, "--callback-hangs"])
+def test_a_lease_broken_while_its_keeper_starts_still_ends_the_whole_tree(
+        url: str, key: str, stuck: str | None, start_job: Callable[..., Run]) -> None:
+    """The break comes at once, while the keeper may still be starting (its
+    imports, its connection: the job's own heartbeat bridges that time).
+    Whoever finds the loss, the job's child and grandchild are gone with the
+    job within a heartbeat plus the ladder's budget (0.8 margin)."""
+    job = start_job(url, key, "--ttl", str(TTL), "--sleep", "60", "--children",
+                    *([stuck] if stuck else []))
+    processes = job.tree()
+    with connect(url) as store:
+        broke = time.monotonic()
+        assert store.force_release(key, by="test") is not None
+        gone = wait_gone(processes, 5)
+    status = job.process.wait(10)
+    figures(test="broken-at-start", store=url.split(":")[0], stuck=stuck, break_to_gone_s=gone - broke,
+            bound_s=HEARTBEAT + 0.8 * MARGIN, status=status)
+    assert status in (75, -9), status
+    assert gone - broke <= HEARTBEAT + 0.8 * MARGIN, (
+        f"the job's tree was gone {gone - broke:.3f} s after the break")

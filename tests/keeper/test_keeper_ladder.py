@@ -1,0 +1,42 @@
+"""Contract 2 of issue 31: nothing in the job's own ladder can delay the hard
+stop. A logging handler that blocks forever (the ladder's first step is a log
+line and a flush) or an ``on_lost`` callback that never returns: after a
+break, the job's process tree is still gone within a heartbeat plus the
+ladder's budget (0.8 margin), well before the margin is up."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from lease_integrations import LEASE_LOST_EXIT_STATUS, connect
+from tests.keeper.keeper_observe import wait_gone
+from tests.keeper.keeper_runs import Run, figures
+
+TTL = 2.0
+HEARTBEAT, MARGIN = TTL / 3, TTL / 5
+BOUND = HEARTBEAT + 0.8 * MARGIN
+
+
+@pytest.mark.parametrize("stuck", ["--log-blocks", "--callback-hangs"])
+def test_a_stuck_ladder_step_does_not_delay_the_stop(redis_url: str, key: str, stuck: str,
+                                                     start_job: Callable[..., Run]) -> None:
+    job = start_job(redis_url, key, "--ttl", str(TTL), "--sleep", "60", "--children", stuck,
+                    "--wait-go")
+    job.go_once_kept(redis_url, key)
+    processes = job.tree()
+    assert len(processes) >= 3, processes
+    with connect(redis_url) as store:
+        broke = time.monotonic()
+        assert store.force_release(key, by="test") is not None
+        gone = wait_gone(processes, 5)
+    status = job.process.wait(10)
+    figures(test="stuck-ladder", step=stuck.lstrip("-"), break_to_gone_s=gone - broke,
+            bound_s=BOUND, status=status)
+    assert status in (LEASE_LOST_EXIT_STATUS, -9), status
+    assert "block-ended" not in job.lines()
+    assert gone - broke <= BOUND, (
+        f"the job's tree was gone {gone - broke:.3f} s after the break, past "
+        f"heartbeat + 0.8 margin = {BOUND:.3f} s")
