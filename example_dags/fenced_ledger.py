@@ -17,7 +17,10 @@ import sqlite3
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow.sdk import DAG
+try:  # Airflow 3
+    from airflow.sdk import DAG
+except ImportError:  # Airflow 2.11
+    from airflow import DAG
 
 from lease_integrations import SqlFence
 from lease_integrations.airflow import LeasedPythonOperator

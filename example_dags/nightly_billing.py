@@ -22,7 +22,11 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow.sdk import DAG, task
+try:  # Airflow 3
+    from airflow.sdk import DAG, task
+except ImportError:  # Airflow 2.11
+    from airflow import DAG
+    from airflow.decorators import task
 
 with DAG(
     "nightly_billing",

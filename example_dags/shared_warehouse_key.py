@@ -16,7 +16,11 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow.sdk import DAG, task
+try:  # Airflow 3
+    from airflow.sdk import DAG, task
+except ImportError:  # Airflow 2.11
+    from airflow import DAG
+    from airflow.decorators import task
 
 WAREHOUSE_KEY = "warehouse/main"
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)

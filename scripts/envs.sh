@@ -55,6 +55,12 @@ ensure_prefect_env() { ensure_core_env; _ensure_extra_env .venv-prefect "$PY311"
 # smoke tests do not use.
 RELEASE_DAYS=constraints/release-days.txt
 SMOKE_TOOLS=("pytest>=8" "pytest-timeout>=2.3")
+# Airflow 2.11's environment also runs the whole Airflow suite (the phase
+# "airflow 2.11"): the test tools beside it, as its SQLAlchemy 1.4 rules out the
+# [test] extra (SQLAlchemy 2); psycopg2 is SQLAlchemy 1.4's PostgreSQL driver,
+# for the real-scheduler tests' metadata DB.
+AIRFLOW_2_TOOLS=("${SMOKE_TOOLS[@]}" "httpx>=0.27" "websockets>=12" "redis>=5.0"
+  "psycopg[binary]>=3.2.1" "pymongo>=4.6" "psycopg2-binary>=2.9")
 minor_lines() {  # "face minor" per line, in the file's order
   awk '!/^#/ && NF { print $1, $2 }' "$RELEASE_DAYS"
 }
@@ -64,10 +70,12 @@ minor_field() {  # face minor field (3 = requirement, 5 = day)
 minor_env() { echo ".venv-$1-$2"; }  # face minor
 ensure_minor_env() {  # face minor
   local req day
+  local tools=("${SMOKE_TOOLS[@]}")
+  [ "$1 $2" != "airflow 2.11" ] || tools=("${AIRFLOW_2_TOOLS[@]}")
   req="$(minor_field "$1" "$2" 3)"; day="$(minor_field "$1" "$2" 5)"
   [ -n "$day" ] || { echo "$RELEASE_DAYS has no line for $1 $2" >&2; return 1; }
   ensure_core_env
-  _ensure_extra_env "$(minor_env "$1" "$2")" "$PY311" "$1" --exclude-newer "$day" "$req" "${SMOKE_TOOLS[@]}"
+  _ensure_extra_env "$(minor_env "$1" "$2")" "$PY311" "$1" --exclude-newer "$day" "$req" "${tools[@]}"
 }
 ensure_minor_envs() {  # every line of the file
   local face minor

@@ -3,7 +3,8 @@
 Users already keep credentials in Airflow Connections (UI, secrets backends,
 ``AIRFLOW_CONN_*`` variables); a lease store should be one more Connection,
 not a URL pasted into DAG code. The mapping is pure (fields in, URL out) so it
-can be checked without a server; the lookup goes through the Task SDK, so it
+can be checked without a server; the lookup goes through Airflow (the Task
+SDK on 3.x, ``airflow.models.Connection`` on 2.11), so it
 honours every secrets backend Airflow does.
 """
 
@@ -136,18 +137,16 @@ def _text(value: object) -> str:
 
 
 def resolve_store_url(conn_id: str) -> str | None:
-    """The store URL of Connection ``conn_id``, looked up through the Task SDK
+    """The store URL of Connection ``conn_id``, looked up through Airflow
     (metadata DB, secrets backends, ``AIRFLOW_CONN_*``). None means "use the
     default" (``$LEASE_STORE_URL`` or the embedded SQLite file): allowed only
     for the default id, because a typo in an explicit id must not silently
     split the leases across two stores, and the embedded file only under a
     local executor (see ``default_store``)."""
-    from airflow.sdk import Connection
-
-    from ._compat import AirflowNotFoundException
+    from ._compat import AirflowNotFoundException, get_connection
 
     try:
-        conn = Connection.get(conn_id)
+        conn = get_connection(conn_id)
     except AirflowNotFoundException:
         _check_default(conn_id)
         return None
@@ -156,12 +155,10 @@ def resolve_store_url(conn_id: str) -> str | None:
 
 async def resolve_store_url_async(conn_id: str) -> str | None:
     """``resolve_store_url`` for the triggerer's event loop."""
-    from airflow.sdk import Connection
-
-    from ._compat import AirflowNotFoundException
+    from ._compat import AirflowNotFoundException, get_connection_async
 
     try:
-        conn = await Connection.async_get(conn_id)
+        conn = await get_connection_async(conn_id)
     except AirflowNotFoundException:
         _check_default(conn_id)
         return None

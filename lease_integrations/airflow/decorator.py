@@ -3,7 +3,7 @@
 Registered under the provider's ``task-decorators``, so it appears on
 Airflow's own ``task`` object once the package is installed::
 
-    from airflow.sdk import task
+    from airflow.sdk import task          # Airflow 2.11: from airflow.decorators import task
 
     @task.leased(lease_key="billing", lease_ttl=60, on_busy="skip")
     def charge(**context):
@@ -20,8 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
-
+from ._compat import DecoratedOperator, TaskDecorator, task_decorator_factory
 from .operator import LeasedPythonOperator
 
 

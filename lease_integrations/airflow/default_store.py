@@ -24,10 +24,9 @@ def configured_executors() -> list[str]:
     """The executor names in ``[core] executor`` (every team's, for multi-team
     configurations ``"A,B;team=C"``), as written: class names, module paths or
     ``alias:module.Class``."""
-    try:
-        from airflow.sdk.configuration import conf
-    except ImportError:  # Airflow 2: the core's configuration
-        from airflow.configuration import conf  # type: ignore[no-redef]
+    from ._compat import airflow_conf
+
+    conf = airflow_conf()
     raw = str(conf.get("core", "executor", fallback="LocalExecutor") or "LocalExecutor")
     names: list[str] = []
     for team_part in raw.split(";"):

@@ -29,6 +29,7 @@ from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent
 from lease_integrations import Lease, LeaseLost, LeaseRecord, LeaseStore, connect
 from lease_integrations.core import AcquireResult, LeaseEvent
 
+from ._compat import run_states
 from .connections import resolve_store_url_async
 from .run_lease import DagRunLease, release_run_lease
 
@@ -272,18 +273,15 @@ class DagRunLeaseKeeperTrigger(BaseTrigger):  # type: ignore[misc]
         supervisor, e.g. in a plain asyncio test: the keeper then ends only
         with the lease)."""
         try:
-            from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
-
-            state = RuntimeTaskInstance.get_dagrun_state(info.dag_id, info.run_id)
-            if str(getattr(state, "value", state)) not in ("running", "queued"):
-                return True
-            states = RuntimeTaskInstance.get_task_states(info.dag_id, run_ids=[info.run_id])
-        except (ImportError, NameError):  # no Task SDK supervisor in this process
-            return None
-        except Exception as exc:  # the API server blipped: ask again next time
+            states = run_states(info.dag_id, info.run_id)
+        except Exception as exc:  # the API server or the DB blipped: ask again next time
             self.log.warning("could not read the state of run %s: %r", info.run_id, exc)
             return False
-        tasks = dict(states.get(info.run_id, {}))
+        if states is None:  # no Task SDK supervisor in this process
+            return None
+        run_state, tasks = states
+        if run_state not in ("running", "queued"):
+            return True
         tasks.pop(self.keeper_task_id, None)
         return bool(tasks) and all(str(s) in FINISHED for s in tasks.values())
 

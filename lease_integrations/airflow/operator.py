@@ -13,11 +13,10 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.providers.standard.operators.python import PythonOperator
-
 from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock, LeaseStore, connect
 from lease_integrations.core import mask_url, stop_hook
 
+from ._compat import PythonOperator
 from .busy import earlier_try_wait, on_busy, remaining_wait, resumed_deadline
 from .connections import DEFAULT_CONN_ID, resolve_store_url
 from .meta import task_meta

@@ -91,8 +91,9 @@ def _secret_key() -> bytes:
     with that public constant, anyone could compute a run's secret from its
     public XCom value and renew or release its lease. A run secret key that
     is set but bad is refused too, never passed over for the fernet key."""
-    from airflow.sdk import conf
+    from ._compat import airflow_conf
 
+    conf = airflow_conf()
     run_key = conf.get(*SECRET_OPTION, fallback=None)
     if run_key:
         return _checked(str(run_key), SECRET_OPTION)

@@ -10,11 +10,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator
-
 from lease_integrations import LeaseBusy, LeaseLost, LeaseStore, connect
 from lease_integrations.core import LeaseError
 
+from ._compat import BaseOperator, in_dag_test
 from .busy import on_busy, remaining_wait, resumed_deadline
 from .connections import resolve_store_url
 from .keeper_trigger import DagRunLeaseKeeperTrigger
@@ -119,7 +118,7 @@ class KeepDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
         info = dag_run_lease_of(context, self.acquire_task_id)
         if info is None:
             raise LeaseLost("<unknown>", None, f"no run lease in the XCom of {self.acquire_task_id!r}")
-        if _in_dag_test():
+        if in_dag_test(context):
             # dag.test() runs a trigger inline and the next task only after it
             # ends: a keeper would block the run it keeps. Without a triggerer
             # the work tasks' own adoption keeps the lease while they run.
@@ -134,16 +133,6 @@ class KeepDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> None:
         """Not reached in normal operation (the trigger ends this task itself)."""
-
-
-def _in_dag_test() -> bool:
-    """True when the task runs in ``dag.test()``'s in-process supervisor."""
-    try:
-        from airflow.sdk.execution_time import task_runner
-        from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms
-    except ImportError:
-        return False
-    return isinstance(getattr(task_runner, "SUPERVISOR_COMMS", None), InProcessSupervisorComms)
 
 
 class ReleaseDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]

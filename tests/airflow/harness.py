@@ -7,11 +7,25 @@ import json
 import subprocess
 import sys
 import time
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+#: Read from the installed distribution, so this never imports Airflow (the
+#: conftest sets AIRFLOW_HOME first). 2.11 runs tasks under LocalTaskJob, its
+#: REST API is /api/v1 behind the Flask webserver, and it has no Task SDK.
+AIRFLOW_2 = int(version("apache-airflow").split(".")[0]) < 3
 WAIT = 180.0  # upper bound for anything a test waits on (never reached when all is well)
+
+
+def dag_bag_class() -> Any:
+    """Airflow's DagBag, which 3.0 moved (import it only once AIRFLOW_HOME is set)."""
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow 2.11
+        from airflow.models.dagbag import DagBag
+    return DagBag
 
 
 def events(record_dir: Path) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ another process is still starting, and run its leased DAGs on the test's cue.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import runpy
@@ -40,7 +41,10 @@ def main(specs: list[str]) -> None:
         dag = next(d for d in dags.values() if getattr(d, "dag_id", None) == dag_id
                    and hasattr(d, "test"))
         logical_date = datetime.fromisoformat(date) if date else None
-        dr = dag.test(logical_date=logical_date) if logical_date else dag.test()
+        # Airflow 2 calls the logical date execution_date.
+        name = "logical_date" if "logical_date" in inspect.signature(dag.test).parameters \
+            else "execution_date"
+        dr = dag.test(**{name: logical_date}) if logical_date else dag.test()
         states = {ti.task_id: str(getattr(ti.state, "value", ti.state))
                   for ti in dr.get_task_instances()}
         print("RESULT " + json.dumps({"dag_id": dag_id, "run_id": dr.run_id,

@@ -1,8 +1,11 @@
-"""A real Airflow 3 installation in a temp dir: scheduler (LocalExecutor),
-dag processor, triggerer and api-server on 127.0.0.1, each a process this
-harness starts and stops by PID (and its process group, for the executor's
-workers). Runs are triggered and watched through the REST API, exactly as a
-user or an external system would.
+"""A real Airflow installation in a temp dir: scheduler (LocalExecutor),
+dag processor, triggerer and api-server on 127.0.0.1 (Airflow 3), or
+scheduler, triggerer and webserver (Airflow 2.11, whose scheduler parses the
+DAGs itself), each a process this harness starts and stops by PID (and its
+process group, for the executor's workers). Runs are triggered and watched
+through the REST API, exactly as a user or an external system would
+(``/api/v2`` on 3.x; ``/api/v1`` with basic auth on 2.11, and a backfill is
+the ``airflow dags backfill`` command there, as 2.11 has no backfill API).
 
 The components get their configuration through ``AIRFLOW__*`` variables in
 their own environment, never this process's, so the ``dag.test()`` tests that
@@ -11,6 +14,7 @@ share the pytest session keep their own AIRFLOW_HOME.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -25,8 +29,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from harness import AIRFLOW_2
+
 BIN = Path(sys.executable).parent
-COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
 START_WAIT = 240.0  # generous: two cores, other engineers' tests beside ours
 TERMINAL = ("success", "failed")
 
@@ -50,7 +55,10 @@ def poll(predicate: Any, what: str, timeout: float, interval: float = 0.25) -> A
         time.sleep(interval)
 
 
-class AirflowCluster:
+class Airflow3Cluster:
+    COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
+    HEALTHY_PARTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+
     def __init__(self, home: Path, dags: Path, extra_env: dict[str, str] | None = None) -> None:
         self.home = home
         self.dags = dags
@@ -92,14 +100,18 @@ class AirflowCluster:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     # -- life cycle -------------------------------------------------------------
-    def start(self) -> AirflowCluster:
+    def start(self) -> Airflow3Cluster:
         with open(self.logs / "db-migrate.out", "wb") as out:
-            subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=self.env, check=True,
-                           stdout=out, stderr=subprocess.STDOUT, timeout=START_WAIT)
-        for name in COMPONENTS:
+            for command in self.setup_commands():
+                subprocess.run([str(BIN / "airflow"), *command], env=self.env, check=True,
+                               stdout=out, stderr=subprocess.STDOUT, timeout=START_WAIT)
+        for name in self.COMPONENTS:
             self.start_component(name)
-        poll(self._healthy, "scheduler, triggerer and dag processor to report healthy", START_WAIT, 1.0)
+        poll(self._healthy, f"{', '.join(self.COMPONENTS)} to report healthy", START_WAIT, 1.0)
         return self
+
+    def setup_commands(self) -> list[list[str]]:
+        return [["db", "migrate"]]
 
     def start_component(self, name: str) -> None:
         out = open(self.logs / f"{name}.out", "ab")  # noqa: SIM115 - the child owns it
@@ -140,7 +152,7 @@ class AirflowCluster:
         except (OSError, AssertionError):
             return False
         return all((health.get(part) or {}).get("status") == "healthy"
-                   for part in ("metadatabase", "scheduler", "triggerer", "dag_processor"))
+                   for part in self.HEALTHY_PARTS)
 
     def triggerer_healthy(self) -> bool:
         health = self.api("GET", "/api/v2/monitor/health")
@@ -153,9 +165,10 @@ class AirflowCluster:
 
     # -- REST API -----------------------------------------------------------------
     def api(self, method: str, path: str, body: Any = None) -> Any:
+        path, body = self.translate(method, path, body)
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(self.base + path, data=data, method=method, headers={
+            "Content-Type": "application/json", **self.auth_headers()})
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 raw = response.read()
@@ -163,6 +176,13 @@ class AirflowCluster:
             detail = error.read().decode(errors="replace")
             raise AssertionError(f"{method} {path}: HTTP {error.code}: {detail}") from None
         return json.loads(raw) if raw else None
+
+    def translate(self, method: str, path: str, body: Any) -> tuple[str, Any]:
+        """The call as this Airflow spells it (the tests write the 3.x one)."""
+        return path, body
+
+    def auth_headers(self) -> dict[str, str]:
+        return {}  # SimpleAuthManager with every user an admin
 
     def wait_dag(self, dag_id: str, timeout: float = START_WAIT) -> None:
         def parsed() -> bool:
@@ -176,8 +196,8 @@ class AirflowCluster:
         self.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
 
     def trigger(self, dag_id: str, conf: dict[str, Any] | None = None,
-                run_id: str | None = None) -> str:
-        body: dict[str, Any] = {"logical_date": None, "conf": conf or {}}
+                run_id: str | None = None, logical_date: str | None = None) -> str:
+        body: dict[str, Any] = {"logical_date": logical_date, "conf": conf or {}}
         if run_id:
             body["dag_run_id"] = run_id
         run = self.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)
@@ -234,3 +254,101 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)  # the group this harness created with start_new_session
+
+
+class Airflow2Cluster(Airflow3Cluster):
+    """Airflow 2.11: the scheduler parses the DAGs and the webserver (Flask,
+    gunicorn) serves ``/api/v1`` behind basic auth; a task runs under
+    ``LocalTaskJob`` and the standard task runner, which log to files under
+    ``logs/`` (read directly). LocalExecutor needs a server metadata DB there
+    (2.11 refuses it on SQLite): pass ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN``."""
+
+    COMPONENTS = ("scheduler", "triggerer", "webserver")
+    HEALTHY_PARTS = ("metadatabase", "scheduler", "triggerer")  # parsing is the scheduler's
+    USER, PASSWORD = "admin", secrets.token_hex(8)
+
+    def __init__(self, home: Path, dags: Path, extra_env: dict[str, str] | None = None) -> None:
+        super().__init__(home, dags, extra_env)
+        if self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite"):
+            raise ValueError("Airflow 2.11 runs LocalExecutor on a server DB only: pass "
+                             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN (see metadata_db())")
+        self.env.update({
+            "AIRFLOW__CORE__AUTH_MANAGER":
+                "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager",
+            "AIRFLOW__WEBSERVER__WEB_SERVER_HOST": "127.0.0.1",
+            "AIRFLOW__WEBSERVER__WEB_SERVER_PORT": str(self.port),
+            "AIRFLOW__WEBSERVER__WORKERS": "1",
+            "AIRFLOW__WEBSERVER__SECRET_KEY": secrets.token_hex(16),
+            "AIRFLOW__API__AUTH_BACKENDS": "airflow.api.auth.backend.basic_auth",
+            "AIRFLOW__SCHEDULER__DAG_DIR_LIST_INTERVAL": "2",
+            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "600",
+            "AIRFLOW__SCHEDULER__PARSING_PROCESSES": "1",
+            # A task process that exits without recording its state (the fail-stop
+            # exit, a SIGKILL) is failed by the scheduler's zombie check.
+            "AIRFLOW__SCHEDULER__SCHEDULER_ZOMBIE_TASK_THRESHOLD": "20",
+            "AIRFLOW__SCHEDULER__ZOMBIE_DETECTION_INTERVAL": "2",
+        })
+        self.backfills: list[subprocess.Popen[bytes]] = []
+
+    def setup_commands(self) -> list[list[str]]:
+        return [["db", "migrate"],
+                ["users", "create", "--username", self.USER, "--password", self.PASSWORD,
+                 "--role", "Admin", "--firstname", "A", "--lastname", "Dmin",
+                 "--email", "admin@example.invalid"]]
+
+    def stop(self) -> None:
+        for proc in self.backfills:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait(30)
+        self.backfills.clear()
+        super().stop()
+
+    def translate(self, method: str, path: str, body: Any) -> tuple[str, Any]:
+        """The call a 3.x test writes, as 2.11's ``/api/v1`` spells it."""
+        path = path.replace("/api/v2/monitor/health", "/api/v1/health").replace(
+            "/api/v2/", "/api/v1/")
+        if method == "PATCH" and "/taskInstances/" in path and isinstance(body, dict):
+            body = {"dry_run": False, **body}  # v1 defaults to a dry run
+        if method == "PATCH" and path.count("/") == 4 and path.startswith("/api/v1/dags/"):
+            path += "?update_mask=" + ",".join(body or {})  # pause/unpause a DAG
+        return path, body
+
+    def auth_headers(self) -> dict[str, str]:
+        auth = base64.b64encode(f"{self.USER}:{self.PASSWORD}".encode()).decode()
+        return {"Authorization": f"Basic {auth}"}
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None,
+                run_id: str | None = None, logical_date: str | None = None) -> str:
+        body: dict[str, Any] = {"conf": conf or {}}
+        if logical_date:
+            body["logical_date"] = logical_date
+        if run_id:
+            body["dag_run_id"] = run_id
+        return str(self.api("POST", f"/api/v1/dags/{dag_id}/dagRuns", body)["dag_run_id"])
+
+    def backfill(self, dag_id: str, from_date: str, to_date: str,
+                 conf: dict[str, Any] | None = None) -> int:
+        """``airflow dags backfill`` (2.11's only way): a process running the
+        runs itself through its own LocalExecutor, beside the scheduler. Both
+        dates are included, as in the 3.x API call the tests make."""
+        out = open(self.logs / f"backfill-{len(self.backfills)}.out", "ab")  # noqa: SIM115
+        command = [str(BIN / "airflow"), "dags", "backfill", "-s", from_date[:10], "-e",
+                   to_date[:10], "-c", json.dumps(conf or {}), dag_id]
+        self.backfills.append(subprocess.Popen(command, env=self.env, stdout=out,
+                                               stderr=subprocess.STDOUT, cwd=str(self.home),
+                                               start_new_session=True))
+        out.close()
+        return self.backfills[-1].pid
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+        """The try's log and, after it, what its triggers logged (2.11 writes
+        those to ``attempt=N.log.trigger.<triggerer job>.log`` beside it)."""
+        folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+        paths = sorted(folder.glob(f"attempt={try_number}.log*"), key=lambda p: len(p.name))
+        return "\n".join(path.read_text(errors="replace") for path in paths)
+
+
+#: The cluster class for the installed Airflow.
+AirflowCluster: type[Airflow3Cluster] = Airflow2Cluster if AIRFLOW_2 else Airflow3Cluster
+#: What a task's log says when its process exited with the fail-stop status 75.
+EXIT_75_LOGGED = "Task exited with return code 75" if AIRFLOW_2 else '"exit_code": 75'

@@ -11,12 +11,22 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from airflow.sdk import Connection
+
+try:  # Airflow 3
+    from airflow.sdk import Connection
+except ImportError:  # Airflow 2.11
+    from airflow.models import Connection
 from harness import events, result_for
 
 from lease_integrations import ConfigurationError, connect
 from lease_integrations.airflow.connections import store_url_from_connection
 from lease_integrations.core.config import mask_url
+
+
+def from_uri(uri: str, conn_id: str) -> Connection:
+    if hasattr(Connection, "from_uri"):  # Airflow 3
+        return Connection.from_uri(uri, conn_id=conn_id)
+    return Connection(conn_id=conn_id, uri=uri)  # Airflow 2.11
 
 
 def conn(conn_type: str, **fields: Any) -> Connection:
@@ -29,13 +39,13 @@ def conn(conn_type: str, **fields: Any) -> Connection:
     (conn("redis", host="cache.internal", port=6380, password="s3cr:t/",
           extra={"db": 3, "ssl": True, "prefix": "leases:", "ssl_cert_reqs": "none"}),
      "rediss://:s3cr%3At%2F@cache.internal:6380/3?prefix=leases%3A"),
-    (Connection.from_uri("redis://user:p%40ss@h:6379/2", conn_id="lease_default"),
+    (from_uri("redis://user:p%40ss@h:6379/2", conn_id="lease_default"),
      "redis://user:p%40ss@h:6379/2"),
     (conn("redis", host="localhost"), "redis://localhost/0"),
     (conn("postgres", host="db", port=5432, login="app", password="pw", schema="jobs",
           extra={"sslmode": "require", "table": "leases", "cursor": "dictcursor"}),
      "postgresql://app:pw@db:5432/jobs?sslmode=require&table=leases"),
-    (Connection.from_uri("postgresql://app:pw@db:5433/ops", conn_id="lease_default"),
+    (from_uri("postgresql://app:pw@db:5433/ops", conn_id="lease_default"),
      "postgresql://app:pw@db:5433/ops"),
     (conn("mongo", host="cluster.example.net", port=27017, login="u", password="mongo-pw",
           schema="ops", extra={"srv": True, "ssl": True, "authSource": "admin"}),

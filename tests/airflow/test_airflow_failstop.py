@@ -36,7 +36,8 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from scheduler_harness import AirflowCluster, poll
+from scheduler_harness import EXIT_75_LOGGED, AirflowCluster, poll
+from test_airflow_scheduler import server_db_on_airflow_2
 
 from lease_integrations import LEASE_LOST_EXIT_STATUS, LeaseBusy, LeaseLock, LeaseStore, connect
 from lease_integrations.core.descendants import descendants
@@ -243,10 +244,11 @@ def store_url(records: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, records: Path,
-            store_url: str) -> Iterator[AirflowCluster]:
+def cluster(tmp_path_factory: pytest.TempPathFactory, records: Path, store_url: str,
+            request: pytest.FixtureRequest) -> Iterator[AirflowCluster]:
     airflow = AirflowCluster(tmp_path_factory.mktemp("failstop-airflow-home"), DAGS, {
-        "FAILSTOP_RECORD_DIR": str(records), "LEASE_STORE_URL": store_url})
+        "FAILSTOP_RECORD_DIR": str(records), "LEASE_STORE_URL": store_url,
+        **server_db_on_airflow_2(request)})
     try:
         airflow.start()
         for dag_id in ("lf_child", "lf_bash", "lf_bash_daemon"):
@@ -289,7 +291,7 @@ def bash_under_a_broken_run_lease(cluster: AirflowCluster, records: Path, store:
     assert "stopping this process and everything it started (exit status 75)" in log, log[-3000:]
     # The ladder ran to its end: on_kill() ended bash, whose end let execute()
     # return, yet the task process still exited with the ladder's status.
-    assert '"exit_code": 75' in log, log[-3000:]
+    assert EXIT_75_LOGGED in log, log[-3000:]
     keeper_log = cluster.task_log(dag_id, run, "dag_run_lease_keeper")
     assert "broken from outside by test-operator" in keeper_log
     # The keeper's loss failed the keeper task only: the triggerer serves on.
@@ -335,4 +337,4 @@ def test_scheduler_leased_callable_child_ends_and_the_try_fails(
     assert cluster.task_states("lf_child", run)["job"] == "failed"
     log = cluster.task_log("lf_child", run, "job")
     assert "stopping this process and everything it started (exit status 75)" in log, log[-3000:]
-    assert '"exit_code": 75' in log, log[-3000:]
+    assert EXIT_75_LOGGED in log, log[-3000:]

@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow.sdk import DAG, task
+from harness import dag_bag_class
+
+try:  # Airflow 3
+    from airflow.sdk import DAG, task
+except ImportError:  # Airflow 2.11
+    from airflow import DAG
+    from airflow.decorators import task
 
 from lease_integrations import ConfigurationError
 from lease_integrations.airflow import LeasedPythonOperator
@@ -82,7 +88,7 @@ def test_task_leased_is_registered_through_the_provider_entry_point() -> None:
 
 
 def test_example_dags_import_cleanly(airflow_home: Path) -> None:
-    from airflow.dag_processing.dagbag import DagBag
+    DagBag = dag_bag_class()
 
     expected = {"nightly_billing.py": {"nightly_billing"},
                 "fenced_ledger.py": {"fenced_ledger"},

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import HERE, events
+from harness import AIRFLOW_2, HERE, events
 from scheduler_harness import AirflowCluster, poll
 
 from lease_integrations import connect
@@ -33,7 +33,18 @@ def metadata_db(server: Any) -> str:
     name = f"airflow_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(server.admin_conninfo, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name} OWNER {USER}")
-    return f"postgresql+psycopg://{USER}:{PASSWORD}@127.0.0.1:{server.port}/{name}"
+    # SQLAlchemy 1.4 (Airflow 2.11) has no psycopg 3 dialect: psycopg2 there.
+    driver = "psycopg2" if AIRFLOW_2 else "psycopg"
+    return f"postgresql+{driver}://{USER}:{PASSWORD}@127.0.0.1:{server.port}/{name}"
+
+
+def server_db_on_airflow_2(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The metadata DB setting for a cluster that runs on SQLite on 3.x: Airflow
+    2.11 refuses LocalExecutor on SQLite, so there a fresh PostgreSQL database."""
+    if not AIRFLOW_2:
+        return {}
+    return {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN":
+            metadata_db(request.getfixturevalue("postgres_server"))}
 
 
 @pytest.mark.slow

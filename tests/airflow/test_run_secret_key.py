@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness import AIRFLOW_2
 
 PROBE = """
 import json
@@ -41,7 +42,9 @@ def derive(tmp_path: Path, **settings: str) -> dict[str, str]:
 
 def test_nothing_set_is_refused_naming_both_settings(tmp_path: Path) -> None:
     error = derive(tmp_path).get("error", "")
-    assert "[core] fernet_key" in error and "'{FERNET_KEY}'" in error
+    assert "[core] fernet_key" in error
+    if not AIRFLOW_2:  # Airflow 2.11's conf returns '' for it, no placeholder to refuse
+        assert "'{FERNET_KEY}'" in error
     assert "[lease_integrations] run_secret_key" in error and RUN_KEY in error
 
 

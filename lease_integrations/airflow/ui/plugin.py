@@ -3,26 +3,41 @@
 Shipped through the ``airflow.plugins`` entry point, not the provider's
 ``get_provider_info()["plugins"]``: Airflow reads the latter only with
 ``lazy_discover_providers=False``, and declaring both records an import error.
+
+Airflow 2.11's webserver is Flask, with no FastAPI to mount the app on: there
+the plugin adds nothing yet (the page as a Flask AppBuilder view is still to
+come; ``leasectl`` serves 2.11 meanwhile). The version is read here rather than
+from ``_compat``, which imports operator classes: the plugins manager loads
+this module while Airflow itself is still starting.
 """
 
 from __future__ import annotations
 
-from airflow.plugins_manager import AirflowPlugin
+from typing import Any
 
-from .app import app
+from airflow import __version__ as AIRFLOW_VERSION
+from airflow.plugins_manager import AirflowPlugin
 
 #: Where the app lives below the api-server's base URL.
 URL_PREFIX = "/leases"
 
+fastapi_apps: list[dict[str, Any]] = []
+external_views: list[dict[str, Any]] = []
+if int(AIRFLOW_VERSION.split(".")[0]) >= 3:
+    from .app import app
 
-class LeasesPlugin(AirflowPlugin):  # type: ignore[misc]
-    name = "lease_integrations_leases"
-    fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "Leases"}]
-    external_views = [
+    fastapi_apps.append({"app": app, "url_prefix": URL_PREFIX, "name": "Leases"})
+    external_views.extend([
         # Browse -> Leases: the UI shows href in an iframe at <base>/plugin/leases.
         {"name": "Leases", "href": "leases/", "url_route": "leases", "category": "browse",
          "destination": "nav"},
         # A "Leases" tab on every DAG; the UI fills in {DAG_ID}.
         {"name": "Leases", "href": "leases/dag?dag_id={DAG_ID}", "url_route": "leases-dag",
          "destination": "dag"},
-    ]
+    ])
+
+
+class LeasesPlugin(AirflowPlugin):  # type: ignore[misc]
+    name = "lease_integrations_leases"
+    fastapi_apps = fastapi_apps
+    external_views = external_views

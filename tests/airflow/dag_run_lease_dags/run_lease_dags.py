@@ -17,7 +17,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, task
+try:  # Airflow 3
+    from airflow.sdk import DAG, task
+except ImportError:  # Airflow 2.11
+    from airflow import DAG
+    from airflow.decorators import task
 
 from lease_integrations.airflow.dag_run_lease import dag_run_lease
 

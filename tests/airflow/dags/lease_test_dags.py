@@ -14,8 +14,13 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from airflow.providers.standard.operators.python import PythonOperator
-from airflow.sdk import DAG, task
+try:  # Airflow 3
+    from airflow.providers.standard.operators.python import PythonOperator
+    from airflow.sdk import DAG, task
+except ImportError:  # Airflow 2.11
+    from airflow import DAG
+    from airflow.decorators import task
+    from airflow.operators.python import PythonOperator
 
 from lease_integrations.airflow import LeasedPythonOperator
 

@@ -24,8 +24,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from airflow.providers.standard.operators.bash import BashOperator
-from airflow.sdk import DAG
+try:  # Airflow 3
+    from airflow.providers.standard.operators.bash import BashOperator
+    from airflow.sdk import DAG
+except ImportError:  # Airflow 2.11
+    from airflow import DAG
+    from airflow.operators.bash import BashOperator
 
 from lease_integrations.airflow import LeasedPythonOperator
 from lease_integrations.airflow.dag_run_lease import dag_run_lease

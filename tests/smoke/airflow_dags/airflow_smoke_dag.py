@@ -19,7 +19,10 @@ import sys
 import time
 from typing import Any
 
-from airflow.sdk import dag, task
+try:  # Airflow 3
+    from airflow.sdk import dag, task
+except ImportError:  # Airflow 2.11
+    from airflow.decorators import dag, task
 
 from lease_integrations.airflow import LeasedPythonOperator
 
