@@ -15,7 +15,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG
+try:  # Airflow 3
+    from airflow.sdk import DAG
+except ImportError:  # Airflow 2.11
+    from airflow import DAG
 
 from lease_integrations.airflow import LeasedPythonOperator
 
