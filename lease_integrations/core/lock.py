@@ -120,6 +120,8 @@ class LeaseLock:
         self.margin = self._validate_margin(margin)
         self.grace = self._validate_grace(grace)
         self.on_lost = validate_policy(on_lost, ON_LOST_POLICIES, "on_lost")
+        #: Its blocks stop the process on loss: the keeper arms its stop for them.
+        self._fail_stop = self.on_lost == "exit"
         self.meta = validate_meta(meta)
         #: This lock's entry in the enclosing blocks' set (see ``_enter_scope``).
         self._scope = frozenset({(store.url, self.key)})
@@ -215,7 +217,7 @@ class LeaseLock:
         leaves the block running (``lease.lost``, ``lease.check()``). The block
         ends with ``LeaseLost`` whenever the lease was lost, the store refused
         the release or the trust window closed: never as a success."""
-        return Hold(self, lambda: self._acquire(wait, meta, armed=self.on_lost == "exit"),
+        return Hold(self, lambda: self._acquire(wait, meta, armed=self._fail_stop),
                     release=True)
 
     def run_in_subprocess(self, target: Callable[..., Any], args: tuple[Any, ...] = (),
@@ -263,7 +265,7 @@ class LeaseLock:
         store (another process keeps it) unless ``release=True``. Without it
         the lease is renewed once on exit: one broken (and perhaps granted
         again) during the block ends it with ``LeaseLost``, not as a success."""
-        return Hold(self, lambda: self._adopt(token, secret, armed=self.on_lost == "exit"),
+        return Hold(self, lambda: self._adopt(token, secret, armed=self._fail_stop),
                     release=release)
 
     def _end(self, lease: Lease, release: bool) -> str | None:
@@ -364,14 +366,14 @@ class LeaseLock:
         running the block, and again at each later ``await`` until the block
         ends (as Trio's cancel scopes do), which then raises ``LeaseLost``."""
         return self._held_async(
-            lambda: self._acquire_async(wait, meta, armed=self.on_lost == "exit"), release=True)
+            lambda: self._acquire_async(wait, meta, armed=self._fail_stop), release=True)
 
     def hold_adopted_async(
         self, token: int, secret: str, *, release: bool = False
     ) -> AbstractAsyncContextManager[Lease]:
         """``hold_adopted`` for asyncio code."""
         return self._held_async(lambda: asyncio.to_thread(
-            functools.partial(self._adopt, token, secret, armed=self.on_lost == "exit")),
+            functools.partial(self._adopt, token, secret, armed=self._fail_stop)),
                                 release=release)
 
     @asynccontextmanager
@@ -390,7 +392,7 @@ class LeaseLock:
                                release: bool) -> AsyncIterator[Lease]:
         lease = await take()
         canceller = Canceller(lease) if self.on_lost == "cancel" else None
-        if self.on_lost == "exit" and not lease.arm_fail_stop():
+        if self._fail_stop and not lease.arm_fail_stop():
             await asyncio.to_thread(self._end, lease, release)
             raise LeaseLost(lease.key, lease.token, lease.lost_reason or "")
         try:
@@ -548,7 +550,7 @@ class Hold:
         except BaseException:
             self.lock._leave_scope()
             raise
-        if self.lock.on_lost == "exit" and not lease.arm_fail_stop():
+        if self.lock._fail_stop and not lease.arm_fail_stop():
             self.lock._leave_scope()
             self.lock._end(lease, self._release)  # lost before the block began
             raise LeaseLost(lease.key, lease.token, lease.lost_reason or "")
