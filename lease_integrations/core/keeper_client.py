@@ -214,8 +214,14 @@ class Keeper:
 
     def sync(self) -> None:
         """Read what the keeper has said so far, without waiting: a job that
-        was busy judges its trust window on the keeper's latest renewal."""
-        self._pump(0)
+        was busy judges its trust window on the keeper's latest renewal.
+        Under the reader's lock: a report the reader thread has taken from
+        the pipe but not yet acted on (a starved thread may sit on it) is
+        acted on before we judge; then whatever else is in the pipe."""
+        with self._read_lock:
+            while self._in >= 0 and select.select([self._in], [], [], 0)[0]:
+                if not self._pump(0):
+                    return
 
     def end_tree(self, deadline: float, known: set[int]) -> bool:
         """The job's ladder is done: ask the keeper to freeze every process

@@ -147,11 +147,14 @@ class Lease:
         """Whether the trust window has closed. A job that was too busy to
         read its keeper's reports reads them first: the keeper may well have
         renewed the lease meanwhile."""
-        if now() < self._trusted_until:
+        at = now()
+        if at < self._trusted_until:
             return False
-        if self.sync is not None:
+        if self.sync is not None:  # all it said before ``at`` is in the pipe now
             self.sync()
-        return now() >= self._trusted_until
+        # Judged at ``at``, not after the reading: a job whose threads crowd
+        # the GIL may take seconds to read, and the window is about ``at``.
+        return at >= self._trusted_until
 
     def on_lost(self, callback: LostCallback) -> None:
         """Run ``callback(lease)`` once when the lease is lost (at once if it
