@@ -40,7 +40,7 @@ def test_viewer_sees_a_live_holder_and_its_history_but_may_not_break(
     page = http.get("/leases/", headers=viewer)
     assert page.status_code == 200
     assert holder.key in page.text and holder.name in page.text
-    assert "Airflow Connection &#x27;lease_default&#x27;" in page.text
+    assert "Airflow Connection &#39;lease_default&#39;" in page.text
     assert "Break…" not in page.text
     # The holder's meta links to its DAG run, relative to the page.
     assert 'href="../dags/billing/runs/live"' in page.text

@@ -1,28 +1,25 @@
-"""The FastAPI app the plugin mounts at ``/leases``: HTML pages and their JSON
-twins. Every route depends on Airflow's ``get_user`` (401 when anonymous);
-breaking needs the auth manager's permission and proof of intent
-(``auth.py``). Handlers are plain functions: FastAPI runs them in its thread
+"""The FastAPI app the plugin mounts at ``/leases`` on Airflow 3: HTML pages
+and their JSON twins. Every route depends on Airflow's ``get_user`` (401 when
+anonymous); what each does is ``actions.py`` under the rules of ``rules.py``,
+shared with the Airflow 2.11 view. Handlers are plain functions: FastAPI runs them in its thread
 pool, so a slow store never blocks the api-server's event loop."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import json
 from typing import Any
 
 from fastapi import FastAPI, Form, Header, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
-from lease_integrations.console.render import event_json, finite_json, record_json
-from lease_integrations.core import ConfigurationError, LeaseError, LeaseEvent, LeaseRecord
+from lease_integrations.console.render import event_json, record_json
+from lease_integrations.core import ConfigurationError, LeaseError
 
-from . import auth, pages
+from . import actions, auth, pages
 from .auth import CurrentUser
 from .layout import TOP_LINKS
-from .store_source import open_store
-
-HISTORY_LIMIT = 100
+from .rules import Refused, confirm_token, user_name
 
 
 class AsciiJSONResponse(JSONResponse):  # type: ignore[misc]  # untyped for mypy without FastAPI
@@ -33,12 +30,7 @@ class AsciiJSONResponse(JSONResponse):  # type: ignore[misc]  # untyped for mypy
     route answered 500."""
 
     def render(self, content: Any) -> bytes:
-        try:
-            text = json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
-        except ValueError:  # a NaN in stored meta or detail (a hand-written event): as text
-            text = json.dumps(finite_json(content), ensure_ascii=True, allow_nan=False,
-                              separators=(",", ":"))
-        return text.encode("ascii")
+        return actions.ascii_json(content)
 
 
 #: The hash of the page's one script (``layout.TOP_LINKS``), the only script
@@ -116,6 +108,10 @@ def _http_error(request: Request, exc: HTTPException) -> Response:
     return _error(request, exc.status_code, str(exc.detail), dict(exc.headers or {}))
 
 
+def _refused(request: Request, exc: Refused) -> Response:
+    return _error(request, exc.status, exc.detail)
+
+
 def _store_error(request: Request, exc: LeaseError) -> Response:
     """A store that cannot be reached (or a bad Connection) is the store's
     problem, not the page's: 503 with the message, whose URL is masked."""
@@ -123,101 +119,61 @@ def _store_error(request: Request, exc: LeaseError) -> Response:
     return _error(request, status.HTTP_503_SERVICE_UNAVAILABLE, f"lease {kind} error: {exc}")
 
 
-def _dag_leases(records: list[LeaseRecord], dag_id: str) -> list[LeaseRecord]:
-    return [r for r in records if r.holder is not None and auth.dag_of(r.meta, r.holder) == dag_id]
-
-
-def _key_history(access: auth.Access, key: str, store: Any,
-                 limit: int) -> tuple[LeaseRecord | None, list[LeaseEvent], int]:
-    """A key's record and events from one read of each, cut down to what the
-    user may read (the record, and each event on its own); 404, as for a
-    missing key, when that leaves nothing. Also the number of events the
-    store could not parse (shown as a count: their DAG cannot be told)."""
-    access.require_page()
-    record, events = store.get(key), store.history(key, limit)
-    unreadable = len(getattr(events, "unreadable", ()))
-    shown = access.events(events, record)
-    if not access.may_learn_exists(record):
-        record = None
-    if record is None and not shown:
-        raise auth.not_found(key)
-    return record, shown, unreadable
-
-
 # -- pages ---------------------------------------------------------------------
 def leases(prefix: str = "", user: Any = CurrentUser) -> str:
-    access = auth.Access(user)
-    access.require_page()
-    with open_store() as (store, source):
-        records = access.records(store.list(prefix))
+    access = auth.access(user)
+    records, source = actions.leases(access, prefix)
     return pages.leases_page(records, source, prefix, can_break=access.may_break_leases(),
-                             user=auth.user_name(user))
+                             user=user_name(user))
 
 
 def history(key: str = Query(min_length=1), user: Any = CurrentUser) -> str:
-    access = auth.Access(user)
-    with open_store() as (store, source):
-        record, events, unreadable = _key_history(access, key, store, HISTORY_LIMIT)
+    access = auth.access(user)
+    record, events, unreadable, source = actions.key_history(access, key)
     return pages.history_page(key, record, events, source, can_break=access.may_break_leases(),
                               unreadable=unreadable)
 
 
 def dag_tab(dag_id: str = Query(min_length=1), user: Any = CurrentUser) -> str:
-    auth.Access(user).require_dag(dag_id)
-    with open_store() as (store, source):
-        records = _dag_leases(store.list(), dag_id)
+    records, source = actions.dag_leases(auth.access(user), dag_id)
     return pages.dag_page(dag_id, records, source)
 
 
 def confirm_break(key: str = Query(min_length=1), user: Any = CurrentUser) -> str:
     """Step one: show what would be broken; the form posts step two."""
-    access = auth.Access(user)
-    access.require_break_permission()
-    with open_store() as (store, source):
-        record = store.get(key)
-    if record is None or record.holder is None or not access.may_break(record):
-        raise auth.not_found(key, "no held lease")
-    return pages.confirm_page(record, auth.confirm_token(user, key, record.token), source)
+    record, source = actions.breakable(auth.access(user), key)
+    return pages.confirm_page(record, confirm_token(auth.secret(), user, key, record.token), source)
 
 
 def do_break(key: str = Form(min_length=1), token: int = Form(), confirm: str = Form(""),
              user: Any = CurrentUser) -> str:
     """Step two, from the confirm page's form."""
-    before, source = _break(user, key, token, header=None, confirm=confirm)
-    return pages.broken_page(key, before, auth.user_name(user), source)
+    before, source = actions.break_lease(auth.access(user), auth.secret(), key, token, header=None,
+                                         confirm=confirm)
+    return pages.broken_page(key, before, user_name(user), source)
 
 
 # -- JSON ----------------------------------------------------------------------
 def api_leases(prefix: str = "", user: Any = CurrentUser) -> dict[str, Any]:
-    access = auth.Access(user)
-    access.require_page()
-    with open_store() as (store, source):
-        records = access.records(store.list(prefix))
+    access = auth.access(user)
+    records, source = actions.leases(access, prefix)
     return {"store": source.masked_url, "found_through": source.origin,
             "may_break": access.may_break_leases(), "leases": [record_json(r) for r in records]}
 
 
 def api_lease(key: str = Query(min_length=1), user: Any = CurrentUser) -> dict[str, Any]:
-    access = auth.Access(user)
-    access.require_page()
-    with open_store() as (store, _):
-        record = store.get(key)
-    if record is None or not access.may_learn_exists(record):
-        raise auth.not_found(key)
-    return record_json(record)
+    return record_json(actions.lease(auth.access(user), key))
 
 
-def api_history(key: str = Query(min_length=1), limit: int = Query(HISTORY_LIMIT, ge=1, le=1000),
+def api_history(key: str = Query(min_length=1),
+                limit: int = Query(actions.HISTORY_LIMIT, ge=1, le=1000),
                 user: Any = CurrentUser) -> dict[str, Any]:
-    with open_store() as (store, _):
-        _, events, unreadable = _key_history(auth.Access(user), key, store, limit)
+    _, events, unreadable, _ = actions.key_history(auth.access(user), key, limit)
     return {"key": key, "events": [event_json(e) for e in events], "unreadable_events": unreadable}
 
 
 def api_dag(dag_id: str = Query(min_length=1), user: Any = CurrentUser) -> dict[str, Any]:
-    auth.Access(user).require_dag(dag_id)
-    with open_store() as (store, _):
-        records = _dag_leases(store.list(), dag_id)
+    records, _ = actions.dag_leases(auth.access(user), dag_id)
     return {"dag_id": dag_id, "leases": [record_json(r) for r in records]}
 
 
@@ -225,42 +181,15 @@ def api_break(key: str = Query(min_length=1), token: int | None = Query(None),
               x_lease_break: str | None = Header(None), user: Any = CurrentUser) -> dict[str, Any]:
     """For scripts: needs the ``X-Lease-Break: <key>`` header; ``token`` (optional)
     refuses the break with 409 unless the key is still held on that token."""
-    before, _ = _break(user, key, token, header=x_lease_break, confirm=None)
-    return {"key": key, "broken": before is not None, "by": auth.user_name(user),
-            "before": None if before is None else record_json(before)}
-
-
-def _break(user: Any, key: str, token: int | None, *, header: str | None,
-           confirm: str | None) -> tuple[LeaseRecord | None, Any]:
-    """Break exactly the record whose DAG was checked: the store's break is
-    conditional on that record's token, in one atomic step, so a holder that
-    took the key after the read (of another DAG, even) is never broken, and a
-    key with no record is never broken at all. Nothing read after the break
-    is shown: it could be another DAG's record."""
-    access = auth.Access(user)
-    access.require_break_permission()
-    auth.require_intent(user, key, token, header=header, confirm=confirm)
-    with open_store() as (store, source):
-        current = store.get(key)
-        if current is None or current.holder is None or not access.may_break(current):
-            raise auth.not_found(key, "nothing was broken: no held lease")
-        if token is not None and token != current.token:
-            raise _changed_hands(key, token)
-        before = store.force_release(key, auth.user_name(user), token=current.token)
-        if before is None:
-            raise _changed_hands(key, current.token)
-    return before, source
-
-
-def _changed_hands(key: str, token: int) -> HTTPException:
-    return HTTPException(status.HTTP_409_CONFLICT,
-                         f"lease {key!r} is no longer held on token {token}; nothing broken, "
-                         "look again")
+    before, _ = actions.break_lease(auth.access(user), auth.secret(), key, token,
+                                    header=x_lease_break, confirm=None)
+    return actions.answer(before, key, user_name(user))
 
 
 # -- routes --------------------------------------------------------------------
 # Registered by call rather than by decorator: FastAPI's decorators are untyped for mypy.
 app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
+app.add_exception_handler(Refused, _refused)  # type: ignore[arg-type]
 app.add_exception_handler(LeaseError, _store_error)  # type: ignore[arg-type]
 app.add_api_route("/", leases, methods=["GET"], response_class=HTMLResponse)
 app.add_api_route("/history", history, methods=["GET"], response_class=HTMLResponse)

@@ -1,216 +1,36 @@
-"""Who may read a lease, break it, or learn that it exists, and proof that a
-break was meant. The rule itself is written once, in
-docs/operating/security.md ("Who may see and break leases"); here it is one
-method per question on ``Access``, and every route asks those methods.
+"""The Airflow 3 face of the rules in ``rules.py``: who the user is, which
+auth manager answers, and the key confirm tokens are signed with.
 
 Every route depends on ``get_user``, which accepts the UI's session cookie or
-a Bearer token and answers 401 without one. Beyond that the auth manager
-decides (FAB, Keycloak or a custom one may grant per DAG). A row or event
-belongs to a DAG when its meta names a ``dag_id``, when its holder is a DAG
-run's (``dagrun:<dag_id>:<run_id>``), or when it carries the token of an
-event that does (a lease's ``released`` event names no meta once its
-``acquired`` event was trimmed).
-
-A break arrives with the browser's cookie, so a page on another site could
-post one: every break must also carry either the ``X-Lease-Break`` header
-(which a cross-site form cannot set, and a cross-origin script cannot send
-without a CORS pre-flight the api-server refuses) or a confirmation token
-that only our confirm page hands out, bound to the user, the key and the
-lease token that page showed.
+a Bearer token and answers 401 without one.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import time
-from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow.api_fastapi.core_api.security import get_user
-from fastapi import Depends, HTTPException, status
+from fastapi import Depends
 
-from lease_integrations.core import LeaseEvent, LeaseRecord
-
-#: The resource name a non-simple auth manager grants ``DELETE`` on (FAB:
-#: the ``can_delete`` permission on ``Leases``).
-RESOURCE = "Leases"
-#: The header a script or API client sends with a break: value = the key.
-BREAK_HEADER = "X-Lease-Break"
-#: How long a confirm page's token stays good (seconds).
-TOKEN_LIFETIME = 900
+from .rules import Access
 
 #: The dependency every route takes: 401 for anonymous requests.
 CurrentUser = Depends(get_user)
 
 
-def user_name(user: Any) -> str:
-    """The name recorded in history as who broke a lease."""
-    return str(user.get_name())
+def access(user: Any) -> Access:
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+
+    manager = get_auth_manager()
+    return Access(user, manager, DagDetails, admin_by_role=isinstance(manager, SimpleAuthManager))
 
 
-#: The holder name of a DAG run's lease (``run_lease_tasks``): ``dagrun:<dag_id>:<run_id>``.
-DAG_RUN_HOLDER = "dagrun:"
-
-
-def dag_of(meta: Any, holder: str | None) -> str | None:
-    """The DAG a record or event names: its meta's ``dag_id``, else the one in
-    a DAG-run holder's name; None for a row of no DAG (a flow's, a script's)."""
-    dag_id = meta.get("dag_id") if isinstance(meta, Mapping) else None
-    if dag_id is not None and dag_id != "":
-        return str(dag_id)
-    if isinstance(holder, str) and holder.startswith(DAG_RUN_HOLDER):
-        return holder[len(DAG_RUN_HOLDER):].partition(":")[0] or None
-    return None
-
-
-def event_dags(events: Iterable[LeaseEvent], record: LeaseRecord | None = None) -> list[str | None]:
-    """The DAG of each event, in order. An event that names none itself takes
-    the DAG of another event (or of the record) with the same token: one token
-    is one grant, so they belong to the same run."""
-    events = list(events)
-    by_token: dict[int, str] = {}
-    if record is not None and (dag := dag_of(record.meta, record.holder)) is not None:
-        by_token[record.token] = dag
-    own = [dag_of(e.detail.get("meta") if isinstance(e.detail, Mapping) else None, e.holder)
-           for e in events]
-    for event, dag in zip(events, own):
-        if dag is not None:
-            by_token.setdefault(event.token, dag)
-    return [dag if dag is not None else by_token.get(e.token) for e, dag in zip(events, own)]
-
-
-class Access:
-    """One request's user and the auth manager's answers (one call per
-    question and DAG): the only place the per-DAG rule is decided."""
-
-    def __init__(self, user: Any) -> None:
-        self.user = user
-        self._dags: dict[str, bool] = {}
-        self._page: bool | None = None
-        self._break: bool | None = None
-
-    def may_read_page(self) -> bool:
-        """``GET`` on the custom view ``Leases``."""
-        if self._page is None:
-            from airflow.api_fastapi.app import get_auth_manager
-
-            self._page = bool(get_auth_manager().is_authorized_custom_view(
-                method="GET", resource_name=RESOURCE, user=self.user))
-        return self._page
-
-    def may_read_dag(self, dag_id: str) -> bool:
-        found = self._dags.get(dag_id)
-        if found is None:
-            from airflow.api_fastapi.app import get_auth_manager
-            from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
-
-            found = self._dags[dag_id] = bool(get_auth_manager().is_authorized_dag(
-                method="GET", details=DagDetails(id=dag_id), user=self.user))
-        return found
-
-    def may_break_leases(self) -> bool:
-        """The page's permission and ``DELETE`` on ``Leases`` (under
-        SimpleAuthManager, whose version ignores method and resource, the
-        Admin role)."""
-        if self._break is None:
-            from airflow.api_fastapi.app import get_auth_manager
-            from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import (
-                SimpleAuthManager,
-            )
-
-            manager = get_auth_manager()
-            if isinstance(manager, SimpleAuthManager):
-                allowed = str(getattr(self.user, "role", "") or "").upper() == "ADMIN"
-            else:
-                allowed = bool(manager.is_authorized_custom_view(
-                    method="DELETE", resource_name=RESOURCE, user=self.user))
-            self._break = allowed and self.may_read_page()
-        return self._break
-
-    # -- the three questions (docs/operating/security.md) ---------------------
-    def may_read(self, dag_id: str | None) -> bool:
-        """May this user read a row or event of ``dag_id`` (None: of no DAG)
-        on the Leases page or its JSON?"""
-        return self.may_read_page() and (dag_id is None or self.may_read_dag(dag_id))
-
-    def may_learn_exists(self, record: LeaseRecord | None) -> bool:
-        """May the user learn that this record exists? Exactly when they may
-        read it: a record they may not read answers as a missing key does."""
-        return record is not None and self.may_read(dag_of(record.meta, record.holder))
-
-    def may_break(self, record: LeaseRecord) -> bool:
-        """May the user break this very record (its token, nothing else)?"""
-        return self.may_learn_exists(record) and self.may_break_leases()
-
-    # -- filters and refusals ---------------------------------------------------
-    def records(self, records: Iterable[LeaseRecord]) -> list[LeaseRecord]:
-        return [r for r in records if self.may_learn_exists(r)]
-
-    def events(self, events: Iterable[LeaseEvent], record: LeaseRecord | None) -> list[LeaseEvent]:
-        events = list(events)
-        return [e for e, dag in zip(events, event_dags(events, record)) if self.may_read(dag)]
-
-    def require_page(self) -> None:
-        if not self.may_read_page():
-            raise HTTPException(status.HTTP_403_FORBIDDEN,
-                                f"user {user_name(self.user)!r} may not view leases (needs GET on "
-                                f"{RESOURCE!r})")
-
-    def require_dag(self, dag_id: str) -> None:
-        if not self.may_read_dag(dag_id):
-            raise HTTPException(status.HTTP_403_FORBIDDEN,
-                                f"user {user_name(self.user)!r} may not read DAG {dag_id!r}")
-
-    def require_break_permission(self) -> None:
-        if not self.may_break_leases():
-            raise HTTPException(status.HTTP_403_FORBIDDEN,
-                                f"user {user_name(self.user)!r} may not break leases (needs GET and "
-                                f"DELETE on {RESOURCE!r}; the Admin role under SimpleAuthManager)")
-
-
-def not_found(key: str, what: str = "no lease") -> HTTPException:
-    """The answer for a missing key and for a key the user may not read alike."""
-    return HTTPException(status.HTTP_404_NOT_FOUND, f"{what} {key!r}")
-
-
-def _signing_key() -> bytes:
-    # [api] secret_key: the api-server's own signing secret, shared by its
-    # workers, so a token made by one worker checks on another.
+def secret() -> bytes:
+    """``[api] secret_key``: the api-server's own signing secret, shared by its
+    workers, so a token made by one worker checks on another."""
     from airflow.api_fastapi.auth.tokens import get_signing_key
 
     key: str = get_signing_key("api", "secret_key")
     return key.encode()
-
-
-def _mac(user: Any, key: str, token: int, issued: int) -> str:
-    message = "\0".join(("lease-break", str(user.get_id()), key, str(token), str(issued)))
-    return hmac.new(_signing_key(), message.encode(), hashlib.sha256).hexdigest()
-
-
-def confirm_token(user: Any, key: str, token: int) -> str:
-    """The token the confirm page puts in its form."""
-    issued = int(time.time())
-    return f"{issued}.{_mac(user, key, token, issued)}"
-
-
-def check_confirm_token(value: str, user: Any, key: str, token: int) -> bool:
-    issued_text, _, mac = value.partition(".")
-    if not issued_text.isdigit() or not mac:
-        return False
-    issued = int(issued_text)
-    if not 0 <= time.time() - issued <= TOKEN_LIFETIME:
-        return False
-    return hmac.compare_digest(mac, _mac(user, key, token, issued))
-
-
-def require_intent(user: Any, key: str, token: int | None, *, header: str | None,
-                   confirm: str | None) -> None:
-    """403 unless the break carries the header or a valid confirm token."""
-    if header is not None and header == key:
-        return
-    if confirm and token is not None and check_confirm_token(confirm, user, key, token):
-        return
-    raise HTTPException(status.HTTP_403_FORBIDDEN,
-                        f"a break needs the {BREAK_HEADER} header (value: the key) or the "
-                        "confirmation token from the Leases page; open the page and confirm again")

@@ -1,51 +1,73 @@
-"""The frame every page shares: one inline stylesheet, no scripts.
+"""The templates every face renders, and what they share: one stylesheet, one
+script, and one Jinja2 environment.
 
-The UI shows the page in an iframe whose sandbox blocks dialogs (and on DAG
-tabs blocks scripts altogether), so everything is plain HTML and forms. The
+Airflow 3 shows a page in an iframe whose sandbox blocks dialogs (and on DAG
+tabs blocks scripts altogether), so everything is plain HTML and forms; the
 colours follow ``prefers-color-scheme`` so the page stays readable beside the
-UI in light and dark mode.
+UI in light and dark mode. Airflow 2.11 shows the same content inside its own
+Flask layout, so every rule is scoped to ``.lease-page`` and leaves the
+navigation bar alone (``.lease-light`` keeps it light, as that UI is).
+
+Escaping holds by construction: autoescape is on for every template, and the
+environment's ``finalize`` first passes every value through the core's
+``printable`` (invisible, bidi and unencodable characters as escapes: a lone
+surrogate in stored meta cannot be encoded into a response at all).
 """
 
 from __future__ import annotations
 
-import html
 from typing import Any
+from urllib.parse import urlencode
 
-from lease_integrations.console.render import meta_summary
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
+
+from lease_integrations.console.render import (
+    clock,
+    event_detail,
+    expires_text,
+    held_for,
+    meta_summary,
+    span,
+)
 from lease_integrations.core import printable
 
-from .links import airflow_link, prefect_link
-
 STYLE = """
-:root { color-scheme: light dark; --bg: #ffffff; --fg: #1a202c; --muted: #5a6578;
+.lease-page { --bg: #ffffff; --fg: #1a202c; --muted: #5a6578;
   --line: #d9dee7; --head: #f1f4f8; --link: #1d5fbf; --held: #1c7c3a; --expired: #a15c00;
-  --released: #5a6578; --danger: #b42318; --danger-fg: #ffffff; --note: #fff7e0; }
-@media (prefers-color-scheme: dark) {
-  :root { --bg: #14171c; --fg: #e6e9ef; --muted: #9aa4b5; --line: #323844; --head: #1d222a;
-    --link: #7fb2ff; --held: #5fd383; --expired: #f0b35a; --released: #9aa4b5;
-    --danger: #f0665a; --danger-fg: #14171c; --note: #2f2a1a; }
-}
-body { background: var(--bg); color: var(--fg); margin: 1rem 1.25rem;
+  --released: #5a6578; --danger: #b42318; --danger-fg: #ffffff; --note: #fff7e0;
+  background: var(--bg); color: var(--fg);
   font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
-h1 { font-size: 1.35rem; margin: 0 0 .25rem; } h2 { font-size: 1.1rem; margin: 1.25rem 0 .5rem; }
-a { color: var(--link); } .muted { color: var(--muted); }
-code, .mono { font-family: ui-monospace, monospace; }
-table { border-collapse: collapse; width: 100%; margin-top: .5rem; }
-th, td { text-align: left; padding: .35rem .6rem; border-bottom: 1px solid var(--line); vertical-align: top; }
-th { background: var(--head); font-weight: 600; white-space: nowrap; }
-td { white-space: nowrap; } td.meta { white-space: normal; min-width: 16rem; }
-.state-held, .state-acquired { color: var(--held); font-weight: 600; }
-.state-expired { color: var(--expired); font-weight: 600; }
-.state-released { color: var(--released); }
-.state-broken, .state-lost { color: var(--danger); }
-form.filter { margin: .75rem 0; display: flex; gap: .5rem; align-items: center; }
-input[type=text] { padding: .3rem .5rem; border: 1px solid var(--line); border-radius: 4px;
-  background: var(--bg); color: var(--fg); min-width: 16rem; }
-button, .button { padding: .3rem .8rem; border: 1px solid var(--line); border-radius: 4px;
-  background: var(--head); color: var(--fg); cursor: pointer; text-decoration: none; font: inherit; }
-button.danger, a.danger { background: var(--danger); border-color: var(--danger); color: var(--danger-fg); }
-.note { background: var(--note); border: 1px solid var(--line); border-radius: 4px;
-  padding: .5rem .75rem; margin: .75rem 0; }
+@media (prefers-color-scheme: dark) {
+  .lease-page:not(.lease-light) { color-scheme: dark; --bg: #14171c; --fg: #e6e9ef; --muted: #9aa4b5;
+    --line: #323844; --head: #1d222a; --link: #7fb2ff; --held: #5fd383; --expired: #f0b35a;
+    --released: #9aa4b5; --danger: #f0665a; --danger-fg: #14171c; --note: #2f2a1a; }
+}
+body.lease-page { margin: 1em 1.25em; }
+.lease-page h1 { font-size: 1.55em; margin: 0 0 .25em; }
+.lease-page h2 { font-size: 1.25em; margin: 1.25em 0 .5em; }
+.lease-page a { color: var(--link); } .lease-page .muted { color: var(--muted); }
+.lease-page code, .lease-page .mono { font-family: ui-monospace, monospace; background: none;
+  color: inherit; padding: 0; }
+.lease-page table { border-collapse: collapse; width: 100%; margin-top: .5em; }
+.lease-page th, .lease-page td { text-align: left; padding: .35em .6em;
+  border-bottom: 1px solid var(--line); vertical-align: top; }
+.lease-page th { background: var(--head); font-weight: 600; white-space: nowrap; }
+.lease-page td { white-space: nowrap; } .lease-page td.meta { white-space: normal; min-width: 16em; }
+.lease-page .state-held, .lease-page .state-acquired { color: var(--held); font-weight: 600; }
+.lease-page .state-expired { color: var(--expired); font-weight: 600; }
+.lease-page .state-released { color: var(--released); }
+.lease-page .state-broken, .lease-page .state-lost { color: var(--danger); }
+.lease-page form.filter { margin: .75em 0; display: flex; gap: .5em; align-items: center; }
+.lease-page input[type=text] { padding: .3em .5em; border: 1px solid var(--line); border-radius: 4px;
+  background: var(--bg); color: var(--fg); min-width: 16em; }
+.lease-page button, .lease-page .button { padding: .3em .8em; border: 1px solid var(--line);
+  border-radius: 4px; background: var(--head); color: var(--fg); cursor: pointer;
+  text-decoration: none; font: inherit; }
+.lease-page button.danger, .lease-page a.danger { background: var(--danger); border-color: var(--danger);
+  color: var(--danger-fg); }
+.lease-page .note { background: var(--note); border: 1px solid var(--line); border-radius: 4px;
+  padding: .5em .75em; margin: .75em 0; }
 """
 
 
@@ -66,43 +88,43 @@ document.addEventListener("click", function (event) {
 });
 """
 
-
-def escape(value: object) -> str:
-    """Text for the page: invisible, bidi and unencodable characters shown as
-    escapes by the core's one rule (a lone surrogate in stored meta cannot be
-    encoded into the response at all: it made every page a 500), then
-    HTML-escaped."""
-    return html.escape(printable(value))
+#: The frame a face renders its content into: the whole page (Airflow 3), or
+#: the content alone, for Airflow 2's layout to wrap (``templates/flask``).
+STANDALONE = "standalone.html"
+FRAGMENT = "fragment.html"
 
 
-def page(title: str, body: str, *, store: str = "", scripts: bool = True) -> str:
-    """A whole page; ``scripts=False`` for the DAG tab, whose iframe may run none."""
-    footer = f'<p class="muted">Store: <code>{escape(store)}</code></p>' if store else ""
-    return (
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-        f"<title>{escape(title)}</title><style>{STYLE}</style></head>"
-        f"<body>{body}{footer}" + (f"<script>{TOP_LINKS}</script>" if scripts else "")
-        + "</body></html>"
-    )
+def _finalize(value: Any) -> Any:
+    """Every ``{{ value }}``: made printable unless it is already markup
+    (a macro's output, the page's own stylesheet and script); autoescape
+    then HTML-escapes what this returns."""
+    if isinstance(value, Markup):
+        return value
+    return printable(value)
 
 
-def state_cell(state: str) -> str:
-    return f'<span class="state-{escape(state)}">{escape(state)}</span>'
+def query(path: str, **params: str) -> str:
+    return f"{path}?{urlencode(params)}"
 
 
-def meta_cell(meta: dict[str, Any], up: str = "../") -> str:
-    """The holder's job in a few words, linked to where it runs."""
-    if not meta:
-        return '<span class="muted">-</span>'
-    text = escape(meta_summary(meta) or ", ".join(f"{k}={v}" for k, v in sorted(meta.items())))
-    href = airflow_link(meta, up) or prefect_link(meta)
-    if not href:
-        return text
-    top = " data-top" if href.startswith(up) else ""
-    return f'<a href="{escape(href)}"{top}>{text}</a>'
+def meta_text(meta: dict[str, Any]) -> str:
+    """The holder's job in a few words."""
+    return meta_summary(meta) or ", ".join(f"{k}={v}" for k, v in sorted(meta.items()))
 
 
-def link(href: str, text: str, cls: str = "") -> str:
-    klass = f' class="{cls}"' if cls else ""
-    return f'<a href="{escape(href)}"{klass}>{escape(text)}</a>'
+ENV = Environment(loader=PackageLoader("lease_integrations.airflow.ui", "templates"),
+                  autoescape=select_autoescape(default=True, default_for_string=True),
+                  finalize=_finalize, undefined=StrictUndefined, trim_blocks=False)
+ENV.globals.update(q=query, span=span, held_for=held_for, expires_text=expires_text, clock=clock,
+                   event_detail=event_detail, meta_text=meta_text)
+ENV.filters["pyrepr"] = repr
+
+
+def render(template: str, *, frame: str, title: str, store: str = "", scripts: bool = True,
+           **context: Any) -> str:
+    """One page: ``template`` in ``frame`` (``STANDALONE`` or ``FRAGMENT``).
+    ``scripts=False`` for the DAG tab, whose iframe may run none."""
+    html: str = ENV.get_template(template).render(
+        frame=frame, title=title, store=store, style=Markup(STYLE),
+        script=Markup(TOP_LINKS) if scripts else "", **context)
+    return html
