@@ -45,15 +45,16 @@ phase() {  # name, command...  (queued; run below)
 phase "airflow" .venv-airflow/bin/pytest "${PY[@]}" --durations=10 tests/airflow "$@"
 # Airflow 2.11 as installed (its line in constraints/release-days.txt): the whole
 # Airflow suite, dag.test() and the real scheduler (scheduler, triggerer,
-# webserver; LocalTaskJob and the standard task runner).
+# webserver; LocalTaskJob and the standard task runner), and the Leases page
+# as 2.11's Flask AppBuilder view behind its real webserver.
 phase "airflow 2.11 ($(minor_field airflow 2.11 3) as installed on $(minor_field airflow 2.11 5))" \
-  "$(minor_env airflow 2.11)/bin/pytest" "${PY[@]}" --durations=10 tests/airflow "$@"
+  "$(minor_env airflow 2.11)/bin/pytest" "${PY[@]}" --durations=10 tests/airflow tests/airflow2_ui "$@"
 # The core env's tests in two phases of similar length: the slow fault, race
 # and stateful tests (real server restarts, many processes) beside the rest.
 SLOW_CORE=(tests/faults tests/race tests/safety tests/stateful)  # this order: safety imports its conftest by name
 phase "faults, races and stateful" .venv/bin/pytest "${PY[@]}" --durations=10 "${SLOW_CORE[@]}" "$@"
 phase "core, stores and console" .venv/bin/pytest "${PY[@]}" --durations=10 tests \
-  --ignore=tests/airflow --ignore=tests/airflow_ui --ignore=tests/prefect --ignore=tests/smoke \
+  --ignore=tests/airflow --ignore=tests/airflow_ui --ignore=tests/airflow2_ui --ignore=tests/prefect --ignore=tests/smoke \
   --ignore=tests/packaging "${SLOW_CORE[@]/#/--ignore=}" "$@"
 phase "prefect" .venv-prefect/bin/pytest "${PY[@]}" --durations=10 tests/prefect "$@"
 phase "airflow ui" .venv-airflow/bin/pytest "${PY[@]}" --durations=5 tests/airflow_ui "$@"

@@ -51,3 +51,19 @@ def prefect_link(meta: dict[str, Any]) -> str | None:
     if not base.startswith(("http://", "https://")):
         return None
     return f"{base}/runs/flow-run/{_part(flow_run_id)}"
+
+
+def airflow2_link(meta: dict[str, Any], up: str = "../") -> str | None:
+    """The same places in the Airflow 2.11 UI: a DAG's grid, with the run
+    and task (and map index) selected."""
+    dag_id = meta.get("dag_id")
+    if not dag_id:
+        return None
+    url = f"{up}dags/{_part(dag_id)}/grid"
+    params = [(name, meta.get(name)) for name in ("run_id", "task_id")]
+    query = [f"{'dag_run_id' if name == 'run_id' else name}={_part(value)}"
+             for name, value in params if value]
+    map_index = meta.get("map_index")
+    if meta.get("task_id") and isinstance(map_index, int) and map_index >= 0:
+        query.append(f"map_index={map_index}")
+    return f"{url}?{'&'.join(query)}" if query else url

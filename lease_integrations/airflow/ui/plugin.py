@@ -1,14 +1,16 @@
-"""The Airflow plugin: mounts the Leases app and adds it to the UI.
+"""The Airflow plugin: adds the Leases page to the UI.
+
+Airflow 3's api-server is FastAPI: the plugin mounts the app (``app.py``) and
+adds it under Browse and as a tab on every DAG. Airflow 2.11's webserver is
+Flask: the page is a Flask AppBuilder view under Browse (``fab_view.py``);
+both render the same templates.
 
 Shipped through the ``airflow.plugins`` entry point, not the provider's
 ``get_provider_info()["plugins"]``: Airflow reads the latter only with
 ``lazy_discover_providers=False``, and declaring both records an import error.
-
-Airflow 2.11's webserver is Flask, with no FastAPI to mount the app on: there
-the plugin adds nothing yet (the page as a Flask AppBuilder view is still to
-come; ``leasectl`` serves 2.11 meanwhile). The version is read here rather than
-from ``_compat``, which imports operator classes: the plugins manager loads
-this module while Airflow itself is still starting.
+The version is read here rather than from ``_compat``, which imports operator
+classes: the plugins manager loads this module while Airflow itself is still
+starting.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from typing import Any
 from airflow import __version__ as AIRFLOW_VERSION
 from airflow.plugins_manager import AirflowPlugin
 
-#: Where the app lives below the api-server's base URL.
+#: Where the page lives below the UI's base URL.
 URL_PREFIX = "/leases"
 
 fastapi_apps: list[dict[str, Any]] = []
 external_views: list[dict[str, Any]] = []
+appbuilder_views: list[dict[str, Any]] = []
 if int(AIRFLOW_VERSION.split(".")[0]) >= 3:
     from .app import app
 
@@ -35,9 +38,14 @@ if int(AIRFLOW_VERSION.split(".")[0]) >= 3:
         {"name": "Leases", "href": "leases/dag?dag_id={DAG_ID}", "url_route": "leases-dag",
          "destination": "dag"},
     ])
+else:
+    from .fab_view import LeasesView
+
+    appbuilder_views.append({"name": "Leases", "category": "Browse", "view": LeasesView()})
 
 
 class LeasesPlugin(AirflowPlugin):  # type: ignore[misc]
     name = "lease_integrations_leases"
     fastapi_apps = fastapi_apps
     external_views = external_views
+    appbuilder_views = appbuilder_views

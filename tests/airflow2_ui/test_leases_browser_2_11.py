@@ -1,0 +1,62 @@
+"""A real browser (Debian's headless ``chromium``) signs in to the Airflow
+2.11 UI, opens Browse -> Leases, finds the held key inside Airflow's own
+layout, and walks a break through the confirm page. The screenshot is kept
+as a test artifact (``$LEASE_TEST_ARTIFACTS``, default
+``.lease-test-servers/artifacts``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cdp import Browser, chromium_binary
+from ui_flow_2_11 import PAGE_TEXT, click, open_leases, sign_in
+from webserver2 import ROOT, Webserver2, free_port
+
+from lease_integrations import LeaseStore
+
+ARTIFACTS = Path(os.environ.get("LEASE_TEST_ARTIFACTS") or ROOT / ".lease-test-servers" / "artifacts")
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    binary = chromium_binary()
+    if binary is None:
+        message = "chromium is not installed (scripts/envs.sh ensure_browser installs it)"
+        if os.environ.get("LEASE_TEST_REQUIRE_ALL") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    b = Browser(binary, free_port())
+    try:
+        b.call("Page.enable")
+        yield b
+    finally:
+        b.close()
+
+
+def test_a_breaker_finds_the_key_under_browse_leases_and_breaks_it(
+        webserver: Webserver2, browser: Browser, store: LeaseStore, key: str) -> None:
+    taken = store.acquire(key, "worker-7:311:00000000000000c1", "s3cret", 600,
+                          {"dag_id": "billing", "run_id": "live", "task_id": "charge"})
+    assert taken.granted and taken.record is not None
+    sign_in(browser, webserver.base, "breaker", webserver.passwords["breaker"])
+    text = open_leases(browser, key)
+    assert "worker-7:311:00000000000000c1" in text and "held" in text
+    assert browser.evaluate("location.pathname") == "/leases/"
+    # Airflow's own navigation bar is around the page.
+    assert browser.evaluate("!!document.querySelector('.navbar')")
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "leases-page-2.11.png"
+    browser.screenshot(shot)
+    print(f"\nscreenshot: {shot}")
+    assert shot.stat().st_size > 10_000
+
+    click(browser, "document.querySelector('.lease-page a.danger')", "the Break… button")
+    browser.wait_for(f"{PAGE_TEXT}.includes('Break token {taken.record.token} now')", "the confirm page")
+    click(browser, "document.querySelector('.lease-page button.danger')", "the confirm button")
+    browser.wait_for(f"{PAGE_TEXT}.includes('recorded as broken by')", "the break's result")
+    record = store.get(key)
+    assert record is not None and record.holder is None
