@@ -12,8 +12,7 @@ breaker (page, delete, DAG billing), viewer (Airflow's Viewer: no Leases)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import httpx
 import pytest
@@ -32,14 +31,9 @@ def take(store: LeaseStore, key: str, dag_id: str, **meta: object) -> int:
     return result.record.token
 
 
-@contextmanager
-def signed_in(webserver: Webserver2, user: str | None) -> Iterator[httpx.Client]:
+def signed_in(webserver: Webserver2, user: str | None) -> AbstractContextManager[httpx.Client]:
     """A fresh client signed in as ``user`` through FAB's login form, closed after."""
-    client = webserver.session(user)
-    try:
-        yield client
-    finally:
-        client.close()
+    return webserver.session(user)
 
 
 def confirm_form(page: str) -> dict[str, str]:

@@ -33,13 +33,15 @@ SETUP = Path(__file__).with_name("setup_users.py")
 START_WAIT = 240.0
 
 #: name -> (role, permissions the role gets: (action, resource) pairs).
-#: ``reader`` may read the page and one DAG; ``breaker`` may also break, but
-#: reads only DAG ``billing``; ``viewer`` (Airflow's Viewer) has no Leases rights.
+#: ``reader`` may read the page and DAGs ``billing`` and ``dag_a``; ``breaker``
+#: may also break, on those DAGs only; ``viewer`` (Airflow's Viewer) has no
+#: Leases rights.
 ROLES: dict[str, list[tuple[str, str]]] = {
     "LeaseReader": [("can_read", "Leases"), ("menu_access", "Leases"), ("menu_access", "Browse"),
-                    ("can_read", "DAG:billing"), ("can_read", "Website")],
+                    ("can_read", "DAG:billing"), ("can_read", "DAG:dag_a"), ("can_read", "Website")],
     "LeaseBreaker": [("can_read", "Leases"), ("can_delete", "Leases"), ("menu_access", "Leases"),
-                     ("menu_access", "Browse"), ("can_read", "DAG:billing"), ("can_read", "Website")],
+                     ("menu_access", "Browse"), ("can_read", "DAG:billing"), ("can_read", "DAG:dag_a"),
+                     ("can_read", "Website")],
 }
 USERS = {"admin": "Admin", "viewer": "Viewer", "reader": "LeaseReader", "breaker": "LeaseBreaker"}
 
@@ -66,6 +68,9 @@ class Webserver2:
     def __init__(self, home: Path, store_db: Path) -> None:
         self.home = home
         self.store_url = f"sqlite://{store_db}"
+        #: The page finds its store exactly as the tasks do: the ``lease_default``
+        #: Connection, here in the metadata DB (as ``airflow connections add`` puts it).
+        self.store_uri = f"sqlite:///{store_db}"
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.passwords = {user: secrets.token_urlsafe(12) for user in USERS}
@@ -86,8 +91,6 @@ class Webserver2:
             "AIRFLOW__WEBSERVER__BASE_URL": self.base,
             # FAB limits sign-ins to 5 per 40 s per address; the suite signs in more often.
             "AIRFLOW__WEBSERVER__AUTH_RATE_LIMITED": "False",
-            # The page finds its store exactly as the tasks do: this Connection.
-            "AIRFLOW_CONN_LEASE_DEFAULT": f"sqlite:///{store_db}",
             "PYTHONDONTWRITEBYTECODE": "1",
         })
         self.env = env
@@ -99,15 +102,22 @@ class Webserver2:
             subprocess.run([str(BIN / "airflow"), *args], env=self.env, check=True, stdout=out,
                            stderr=subprocess.STDOUT, timeout=START_WAIT)
 
+    def setup(self, *args: str) -> None:
+        with open(self.home / "setup.out", "ab") as out:
+            subprocess.run([sys.executable, str(SETUP), *args], env=self.env, check=True,
+                           stdout=out, stderr=subprocess.STDOUT, timeout=START_WAIT)
+
+    def set_connection(self, uri: str) -> None:
+        """Points ``lease_default`` (in the metadata DB) at ``uri``."""
+        self.setup("connection", uri)
+
     def start(self) -> Webserver2:
         (self.home / "dags").mkdir(exist_ok=True)
         self.airflow("db", "migrate")
         spec = self.home / "users.json"
-        spec.write_text(json.dumps({"roles": ROLES, "users": {
+        spec.write_text(json.dumps({"roles": ROLES, "store_uri": self.store_uri, "users": {
             user: [role, self.passwords[user]] for user, role in USERS.items()}}))
-        with open(self.home / "setup.out", "ab") as out:
-            subprocess.run([sys.executable, str(SETUP), str(spec)], env=self.env, check=True,
-                           stdout=out, stderr=subprocess.STDOUT, timeout=START_WAIT)
+        self.setup("users", str(spec))
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen([str(BIN / "airflow"), "webserver"], env=self.env,
                                          stdout=out, stderr=subprocess.STDOUT, cwd=str(self.home),
@@ -142,10 +152,15 @@ class Webserver2:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def session(self, user: str | None) -> httpx.Client:
+    @contextmanager
+    def session(self, user: str | None) -> Iterator[httpx.Client]:
         """A client signed in through FAB's login form (its CSRF token
-        included), as a browser is; None: anonymous."""
-        client = httpx.Client(base_url=self.base, timeout=30, follow_redirects=False)
+        included), as a browser is; None: anonymous. Closed afterwards."""
+        with httpx.Client(base_url=self.base, timeout=30, follow_redirects=False) as client:
+            self._sign_in(client, user)
+            yield client
+
+    def _sign_in(self, client: httpx.Client, user: str | None) -> None:
         if user is not None:
             form = client.get("/login/")
             csrf = re.search(r'name="csrf_token" type="hidden" value="([^"]+)"', form.text)
@@ -154,7 +169,6 @@ class Webserver2:
                                                   "csrf_token": csrf.group(1)})
             assert answer.status_code == 302 and "/login" not in answer.headers["location"], \
                 answer.text[:2000]
-        return client
 
 
 @contextmanager

@@ -61,6 +61,9 @@ def test_wheel_carries_types_license_and_entry_points(dist: Path) -> None:
         entry_points = whl.read(f"{info}/entry_points.txt").decode()
         license_text = whl.read(f"{info}/licenses/LICENSE").decode()
     assert "lease_integrations/py.typed" in names
+    # The Leases page's templates, which both Airflow faces load from the package.
+    for template in ("leases.html", "_macros.html", "flask/lease_integrations/leases_frame.html"):
+        assert f"lease_integrations/airflow/ui/templates/{template}" in names, template
     assert "Apache License" in license_text and "Version 2.0" in license_text
     assert "License-Expression: Apache-2.0" in metadata
     assert "License-File: LICENSE" in metadata
