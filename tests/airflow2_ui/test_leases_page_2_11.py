@@ -11,6 +11,7 @@ breaker (page, delete, DAG billing), viewer (Airflow's Viewer: no Leases)."""
 
 from __future__ import annotations
 
+import html
 import re
 from contextlib import AbstractContextManager
 
@@ -158,3 +159,25 @@ def test_every_answer_carries_the_frame_headers(webserver: Webserver2, path: str
     assert "frame-ancestors 'self'" in answer.headers["content-security-policy"]
     assert answer.headers["x-frame-options"] == "SAMEORIGIN"
     assert answer.headers["x-content-type-options"] == "nosniff"
+
+
+@pytest.mark.parametrize(("path", "named"), [
+    ("/leases/history", "'key'"), ("/leases/api/lease", "'key'"), ("/leases/dag", "'dag_id'"),
+    ("/leases/api/history?key=k&limit=abc", "'limit'"), ("/leases/api/history?key=k&limit=0", "'limit'"),
+])
+def test_a_bad_parameter_is_named_in_a_400(webserver: Webserver2, path: str, named: str) -> None:
+    with signed_in(webserver, "admin") as admin:
+        answer = admin.get(path)
+    assert answer.status_code == 400, answer.text[-1000:]
+    assert named in html.unescape(answer.text)
+
+
+def test_a_break_without_a_whole_token_breaks_nothing(
+        webserver: Webserver2, store: LeaseStore, key: str) -> None:
+    token = take(store, key, "billing")
+    with signed_in(webserver, "admin") as admin:
+        fields = confirm_form(admin.get("/leases/break", params={"key": key}).text)
+        answer = admin.post("/leases/break", data={**fields, "token": "7; drop"})
+    assert answer.status_code == 400 and "'token'" in html.unescape(answer.text)
+    record = store.get(key)
+    assert record is not None and record.token == token and record.holder is not None

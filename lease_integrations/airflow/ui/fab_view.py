@@ -71,13 +71,13 @@ def _arg(name: str, source: Any = None) -> str:
     return str(value)
 
 
-def _token(text: str | None) -> int | None:
+def _number(name: str, text: str | None) -> int | None:
     if text is None or text == "":
         return None
     try:
         return int(text)
     except ValueError:
-        raise Refused(400, f"the 'token' parameter must be a whole number, not {text!r}") from None
+        raise Refused(400, f"the {name!r} parameter must be a whole number, not {text!r}") from None
 
 
 class LeasesView(BaseView):  # type: ignore[misc]  # untyped for mypy without Flask AppBuilder
@@ -195,7 +195,7 @@ class LeasesView(BaseView):  # type: ignore[misc]  # untyped for mypy without Fl
 
     def _break(self) -> Response:
         access, key = _access(), _arg("key", request.form)
-        token = _token(request.form.get("token"))
+        token = _number("token", request.form.get("token"))
         if token is None:
             raise Refused(400, "the 'token' parameter is missing")
         before, source = actions.break_lease(access, _secret(), key, token, header=None,
@@ -212,7 +212,8 @@ class LeasesView(BaseView):  # type: ignore[misc]  # untyped for mypy without Fl
                            "leases": [record_json(r) for r in records]})
 
     def _api_history(self) -> Response:
-        limit = _token(request.args.get("limit")) or actions.HISTORY_LIMIT
+        limit = _number("limit", request.args.get("limit"))
+        limit = actions.HISTORY_LIMIT if limit is None else limit
         if not 1 <= limit <= 1000:
             raise Refused(400, "the 'limit' parameter must be from 1 to 1000")
         key = _arg("key")
