@@ -15,7 +15,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "airflow_ui"))
 
-from webserver2 import Webserver2, running
+from api_server import running
+from webserver2 import Webserver2
 
 from lease_integrations import LeaseStore, connect
 

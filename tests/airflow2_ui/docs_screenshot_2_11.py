@@ -14,9 +14,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "airflow_ui"))
 
+from api_server import free_port
 from cdp import Browser, chromium_binary
 from ui_flow_2_11 import open_leases, sign_in
-from webserver2 import Webserver2, free_port
+from webserver2 import Webserver2
 
 from lease_integrations import LeaseLock, connect
 

@@ -6,34 +6,20 @@ as a test artifact (``$LEASE_TEST_ARTIFACTS``, default
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from cdp import Browser, chromium_binary
+from cdp import ARTIFACTS, Browser, open_browser
 from ui_flow_2_11 import PAGE_TEXT, click, open_leases, sign_in
-from webserver2 import ROOT, Webserver2, free_port
+from webserver2 import Webserver2
 
 from lease_integrations import LeaseStore
-
-ARTIFACTS = Path(os.environ.get("LEASE_TEST_ARTIFACTS") or ROOT / ".lease-test-servers" / "artifacts")
 
 
 @pytest.fixture
 def browser() -> Iterator[Browser]:
-    binary = chromium_binary()
-    if binary is None:
-        message = "chromium is not installed (scripts/envs.sh ensure_browser installs it)"
-        if os.environ.get("LEASE_TEST_REQUIRE_ALL") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    b = Browser(binary, free_port())
-    try:
-        b.call("Page.enable")
+    with open_browser() as b:
         yield b
-    finally:
-        b.close()
 
 
 def test_a_breaker_finds_the_key_under_browse_leases_and_breaks_it(

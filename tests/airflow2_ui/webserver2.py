@@ -13,12 +13,9 @@ import json
 import os
 import re
 import secrets
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -26,8 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+from api_server import free_port, poll
 
-ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 SETUP = Path(__file__).with_name("setup_users.py")
 START_WAIT = 240.0
@@ -44,24 +41,6 @@ ROLES: dict[str, list[tuple[str, str]]] = {
                      ("can_read", "Website")],
 }
 USERS = {"admin": "Admin", "viewer": "Viewer", "reader": "LeaseReader", "breaker": "LeaseBreaker"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def poll(predicate, what: str, timeout: float, interval: float = 0.25):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
 
 
 class Webserver2:
@@ -169,16 +148,3 @@ class Webserver2:
                                                   "csrf_token": csrf.group(1)})
             assert answer.status_code == 302 and "/login" not in answer.headers["location"], \
                 answer.text[:2000]
-
-
-@contextmanager
-def running(server: Webserver2) -> Iterator[Webserver2]:
-    try:
-        server.start()
-        yield server
-    except BaseException:
-        print(server.tail())
-        raise
-    finally:
-        server.stop()
-        shutil.rmtree(server.home, ignore_errors=True)

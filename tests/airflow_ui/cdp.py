@@ -16,15 +16,20 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+from api_server import ROOT, free_port
 from websockets.sync.client import ClientConnection, connect
 
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-dev-shm-usage", "--window-size=1400,900")
 START_WAIT = 60.0
+#: Where the browser tests keep their screenshots.
+ARTIFACTS = Path(os.environ.get("LEASE_TEST_ARTIFACTS") or ROOT / ".lease-test-servers" / "artifacts")
 
 
 def chromium_binary() -> str | None:
@@ -124,3 +129,21 @@ class Browser:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         shutil.rmtree(self.profile, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def open_browser() -> Iterator[Browser]:
+    """A page in a fresh chromium for one test: skipped without chromium,
+    failed instead where the run requires every part (``LEASE_TEST_REQUIRE_ALL``)."""
+    binary = chromium_binary()
+    if binary is None:
+        message = "chromium is not installed (scripts/envs.sh ensure_browser installs it)"
+        if os.environ.get("LEASE_TEST_REQUIRE_ALL") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    browser = Browser(binary, free_port())
+    try:
+        browser.call("Page.enable")
+        yield browser
+    finally:
+        browser.close()

@@ -5,33 +5,19 @@ inside the UI's iframe. The screenshot is kept as a test artifact
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from api_server import ROOT, ApiServer, free_port
-from cdp import Browser, chromium_binary
+from api_server import ApiServer
+from cdp import ARTIFACTS, Browser, open_browser
 from conftest import Holder
 from ui_flow import open_leases, sign_in
-
-ARTIFACTS = Path(os.environ.get("LEASE_TEST_ARTIFACTS") or ROOT / ".lease-test-servers" / "artifacts")
 
 
 @pytest.fixture
 def browser() -> Iterator[Browser]:
-    binary = chromium_binary()
-    if binary is None:
-        message = "chromium is not installed (scripts/envs.sh ensure_browser installs it)"
-        if os.environ.get("LEASE_TEST_REQUIRE_ALL") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    b = Browser(binary, free_port())
-    try:
-        b.call("Page.enable")
+    with open_browser() as b:
         yield b
-    finally:
-        b.close()
 
 
 def test_a_signed_in_user_finds_the_held_key_under_browse_leases(
