@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from lease_integrations.core import LeaseEvent, LeaseRecord
+from lease_integrations.console.render import event_json, finite_json, record_json
+from lease_integrations.core import ConfigurationError, LeaseError, LeaseEvent, LeaseRecord
 
 from .rules import Access, Refused, dag_of, not_found, require_intent, user_name
 from .store_source import StoreSource, open_store
@@ -96,8 +97,6 @@ def ascii_json(content: Any) -> bytes:
     ``leasectl --json`` prints it: stored meta may hold a lone surrogate (any
     store client can write one), which has no UTF-8 form; a NaN (a
     hand-written event) is served as text."""
-    from lease_integrations.console.render import finite_json
-
     try:
         text = json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
     except ValueError:
@@ -106,9 +105,31 @@ def ascii_json(content: Any) -> bytes:
     return text.encode("ascii")
 
 
-def answer(before: LeaseRecord | None, key: str, by: str) -> dict[str, Any]:
-    """The JSON of a break."""
-    from lease_integrations.console.render import record_json
+# -- the JSON answers, the same on both faces -----------------------------------
+def leases_json(access: Access, prefix: str) -> dict[str, Any]:
+    records, source = leases(access, prefix)
+    return {"store": source.masked_url, "found_through": source.origin,
+            "may_break": access.may_break_leases(), "leases": [record_json(r) for r in records]}
 
+
+def history_json(access: Access, key: str, limit: int) -> dict[str, Any]:
+    _, events, unreadable, _ = key_history(access, key, limit)
+    return {"key": key, "events": [event_json(e) for e in events], "unreadable_events": unreadable}
+
+
+def dag_json(access: Access, dag_id: str) -> dict[str, Any]:
+    records, _ = dag_leases(access, dag_id)
+    return {"dag_id": dag_id, "leases": [record_json(r) for r in records]}
+
+
+def break_json(before: LeaseRecord | None, key: str, by: str) -> dict[str, Any]:
     return {"key": key, "broken": before is not None, "by": by,
             "before": None if before is None else record_json(before)}
+
+
+def store_error_text(exc: LeaseError) -> str:
+    """A store that cannot be reached (or a bad Connection) is the store's
+    problem, not the page's: the faces answer 503 with this (the error's text
+    masks the URL's password)."""
+    kind = "configuration" if isinstance(exc, ConfigurationError) else "store"
+    return f"lease {kind} error: {exc}"

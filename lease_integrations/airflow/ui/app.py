@@ -13,8 +13,8 @@ from typing import Any
 from fastapi import FastAPI, Form, Header, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
-from lease_integrations.console.render import event_json, record_json
-from lease_integrations.core import ConfigurationError, LeaseError
+from lease_integrations.console.render import record_json
+from lease_integrations.core import LeaseError
 
 from . import actions, auth, pages
 from .auth import CurrentUser
@@ -113,10 +113,7 @@ def _refused(request: Request, exc: Refused) -> Response:
 
 
 def _store_error(request: Request, exc: LeaseError) -> Response:
-    """A store that cannot be reached (or a bad Connection) is the store's
-    problem, not the page's: 503 with the message, whose URL is masked."""
-    kind = "configuration" if isinstance(exc, ConfigurationError) else "store"
-    return _error(request, status.HTTP_503_SERVICE_UNAVAILABLE, f"lease {kind} error: {exc}")
+    return _error(request, status.HTTP_503_SERVICE_UNAVAILABLE, actions.store_error_text(exc))
 
 
 # -- pages ---------------------------------------------------------------------
@@ -155,10 +152,7 @@ def do_break(key: str = Form(min_length=1), token: int = Form(), confirm: str = 
 
 # -- JSON ----------------------------------------------------------------------
 def api_leases(prefix: str = "", user: Any = CurrentUser) -> dict[str, Any]:
-    access = auth.access(user)
-    records, source = actions.leases(access, prefix)
-    return {"store": source.masked_url, "found_through": source.origin,
-            "may_break": access.may_break_leases(), "leases": [record_json(r) for r in records]}
+    return actions.leases_json(auth.access(user), prefix)
 
 
 def api_lease(key: str = Query(min_length=1), user: Any = CurrentUser) -> dict[str, Any]:
@@ -168,13 +162,11 @@ def api_lease(key: str = Query(min_length=1), user: Any = CurrentUser) -> dict[s
 def api_history(key: str = Query(min_length=1),
                 limit: int = Query(actions.HISTORY_LIMIT, ge=1, le=1000),
                 user: Any = CurrentUser) -> dict[str, Any]:
-    _, events, unreadable, _ = actions.key_history(auth.access(user), key, limit)
-    return {"key": key, "events": [event_json(e) for e in events], "unreadable_events": unreadable}
+    return actions.history_json(auth.access(user), key, limit)
 
 
 def api_dag(dag_id: str = Query(min_length=1), user: Any = CurrentUser) -> dict[str, Any]:
-    records, _ = actions.dag_leases(auth.access(user), dag_id)
-    return {"dag_id": dag_id, "leases": [record_json(r) for r in records]}
+    return actions.dag_json(auth.access(user), dag_id)
 
 
 def api_break(key: str = Query(min_length=1), token: int | None = Query(None),
@@ -183,7 +175,7 @@ def api_break(key: str = Query(min_length=1), token: int | None = Query(None),
     refuses the break with 409 unless the key is still held on that token."""
     before, _ = actions.break_lease(auth.access(user), auth.secret(), key, token,
                                     header=x_lease_break, confirm=None)
-    return actions.answer(before, key, user_name(user))
+    return actions.break_json(before, key, user_name(user))
 
 
 # -- routes --------------------------------------------------------------------

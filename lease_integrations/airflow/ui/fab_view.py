@@ -24,8 +24,8 @@ from flask import Response, redirect, request
 from flask_appbuilder import BaseView, expose
 from markupsafe import Markup
 
-from lease_integrations.console.render import event_json, record_json
-from lease_integrations.core import ConfigurationError, LeaseError
+from lease_integrations.console.render import record_json
+from lease_integrations.core import LeaseError
 
 from . import actions, pages
 from .layout import FRAGMENT, STYLE
@@ -161,8 +161,7 @@ class LeasesView(BaseView):  # type: ignore[misc]  # untyped for mypy without Fl
         except Refused as refused:
             return self._error(api, refused.status, refused.detail)
         except LeaseError as exc:
-            kind = "configuration" if isinstance(exc, ConfigurationError) else "store"
-            return self._error(api, 503, f"lease {kind} error: {exc}")
+            return self._error(api, 503, actions.store_error_text(exc))
 
     # -- pages -----------------------------------------------------------------
     def _leases(self) -> Response:
@@ -205,23 +204,14 @@ class LeasesView(BaseView):  # type: ignore[misc]  # untyped for mypy without Fl
 
     # -- JSON --------------------------------------------------------------------
     def _api_leases(self) -> Response:
-        access = _access()
-        records, source = actions.leases(access, request.args.get("prefix", ""))
-        return self._json({"store": source.masked_url, "found_through": source.origin,
-                           "may_break": access.may_break_leases(),
-                           "leases": [record_json(r) for r in records]})
+        return self._json(actions.leases_json(_access(), request.args.get("prefix", "")))
 
     def _api_history(self) -> Response:
         limit = _number("limit", request.args.get("limit"))
         limit = actions.HISTORY_LIMIT if limit is None else limit
         if not 1 <= limit <= 1000:
             raise Refused(400, "the 'limit' parameter must be from 1 to 1000")
-        key = _arg("key")
-        _, events, unreadable, _ = actions.key_history(_access(), key, limit)
-        return self._json({"key": key, "events": [event_json(e) for e in events],
-                           "unreadable_events": unreadable})
+        return self._json(actions.history_json(_access(), _arg("key"), limit))
 
     def _api_dag(self) -> Response:
-        dag_id = _arg("dag_id")
-        records, _ = actions.dag_leases(_access(), dag_id)
-        return self._json({"dag_id": dag_id, "leases": [record_json(r) for r in records]})
+        return self._json(actions.dag_json(_access(), _arg("dag_id")))

@@ -114,7 +114,7 @@ def meta_text(meta: dict[str, Any]) -> str:
 
 ENV = Environment(loader=PackageLoader("lease_integrations.airflow.ui", "templates"),
                   autoescape=select_autoescape(default=True, default_for_string=True),
-                  finalize=_finalize, undefined=StrictUndefined, trim_blocks=False)
+                  finalize=_finalize, undefined=StrictUndefined)
 ENV.globals.update(q=query, span=span, held_for=held_for, expires_text=expires_text, clock=clock,
                    event_detail=event_detail, meta_text=meta_text)
 ENV.filters["pyrepr"] = repr

@@ -60,10 +60,10 @@ def airflow2_link(meta: dict[str, Any], up: str = "../") -> str | None:
     if not dag_id:
         return None
     url = f"{up}dags/{_part(dag_id)}/grid"
-    params = [(name, meta.get(name)) for name in ("run_id", "task_id")]
-    query = [f"{'dag_run_id' if name == 'run_id' else name}={_part(value)}"
-             for name, value in params if value]
-    map_index = meta.get("map_index")
-    if meta.get("task_id") and isinstance(map_index, int) and map_index >= 0:
-        query.append(f"map_index={map_index}")
+    run_id, task_id, map_index = meta.get("run_id"), meta.get("task_id"), meta.get("map_index")
+    query = [f"dag_run_id={_part(run_id)}"] if run_id else []
+    if task_id:
+        query.append(f"task_id={_part(task_id)}")
+        if isinstance(map_index, int) and map_index >= 0:
+            query.append(f"map_index={map_index}")
     return f"{url}?{'&'.join(query)}" if query else url
