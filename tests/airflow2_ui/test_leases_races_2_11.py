@@ -27,6 +27,13 @@ from lease_integrations import LeaseStore
 
 TAKERS = Path(__file__).resolve().parents[1] / "airflow_ui" / "dag_takers.py"
 RACE_SECONDS = 8.0
+RACE_LIMIT = 60.0
+#: Each hold of the key: the 2.11 break is two requests (the confirm page,
+#: then its form), which at the takers' default 20 ms never landed inside a
+#: hold on a loaded machine (1,095 tries in 60 s, every post stale: 409).
+#: At 100 ms some land; a page gone stale before its post still happens under
+#: load, and is tested on its own (test_a_changed_token_is_not_broken).
+HOLD = 0.1
 FIELDS = re.compile(r'<input type="hidden" name="(\w+)" value="([^"]*)">')
 
 
@@ -34,7 +41,7 @@ def test_a_dag_restricted_breaker_never_breaks_another_dags_grant(
         webserver: Webserver2, store: LeaseStore, key: str, tmp_path: Path) -> None:
     out, stop = tmp_path / "grants.jsonl", tmp_path / "stop"
     takers = subprocess.Popen([sys.executable, str(TAKERS), "shared", webserver.store_url, key,
-                               str(out), str(stop)])
+                               str(out), str(stop), str(HOLD)])
     answers: dict[int, int] = {}
     broke: list[int] = []
     failures: list[BaseException] = []
@@ -42,8 +49,11 @@ def test_a_dag_restricted_breaker_never_breaks_another_dags_grant(
     def breaker() -> None:
         try:
             with webserver.session("breaker") as client:
-                deadline = time.monotonic() + RACE_SECONDS
-                while time.monotonic() < deadline:
+                start = time.monotonic()
+                # RACE_SECONDS, and on until one break of dag_a's has landed (a
+                # loaded machine may take longer to land one inside a hold).
+                while (time.monotonic() < start + RACE_SECONDS
+                       or (not broke and time.monotonic() < start + RACE_LIMIT)):
                     confirm = client.get("/leases/break", params={"key": key})
                     answers[confirm.status_code] = answers.get(confirm.status_code, 0) + 1
                     if confirm.status_code != 200:
@@ -61,7 +71,7 @@ def test_a_dag_restricted_breaker_never_breaks_another_dags_grant(
         for t in threads:
             t.start()
         for t in threads:
-            t.join(RACE_SECONDS + 60)
+            t.join(RACE_LIMIT + 60)
     finally:
         stop.touch()
         takers.wait(60)
@@ -70,7 +80,7 @@ def test_a_dag_restricted_breaker_never_breaks_another_dags_grant(
     seed = f"{len(grants)} grants, answers {answers}, broke {len(broke)}"
     print(f"\n2.11 per-DAG break race: {seed}")
     assert grants, "the takers took nothing"
-    assert broke, f"no break of dag_a's lease landed in {RACE_SECONDS:g} s ({seed})"
+    assert broke, f"no break of dag_a's lease landed in {RACE_LIMIT:g} s ({seed})"
     by_token = {g["token"]: g for g in grants}
     assert all(by_token[t]["dag"] == "dag_a" for t in broke if t in by_token), seed
     assert [g for g in grants if g["dag"] == "dag_b" and not g["released"]] == [], seed

@@ -7,7 +7,8 @@ releases it, over and over, so the key's next token is always ``dag_b``'s.
 
 ``python dag_takers.py fresh URL PREFIX OUT STOP``: takes the fresh keys
 PREFIX-0, PREFIX-1, ... as ``dag_b``, each once, after writing the key it is
-about to take to OUT.next (the attacker aims there); with ``history`` as
+about to take to OUT.next (the attacker aims there); HOLD, a last argument
+in ``shared`` mode, holds each lease that many seconds instead of ``HOLD``; with ``history`` as
 the first argument, ``dag_a`` takes each key first, so ``dag_b``'s grant is
 the first of its DAG in that key's history.
 
@@ -33,28 +34,28 @@ DEADLINE = 120.0
 HOLD = 0.02
 
 
-def hold(store: LeaseStore, key: str, dag: str, out: Path) -> None:
+def hold(store: LeaseStore, key: str, dag: str, out: Path, seconds: float = HOLD) -> None:
     holder, secret = f"{dag}-{os.getpid()}", os.urandom(8).hex()
     while True:
         result = store.acquire(key, holder, secret, TTL, {"dag_id": dag, "run_id": f"{dag}-run"})
         if result.granted and result.record is not None:
             break
         time.sleep(0.001)  # busy only while a breaker's request is in flight
-    time.sleep(HOLD)
+    time.sleep(seconds)
     released = store.release(key, secret, result.record.token)
     with out.open("a") as f:
         f.write(json.dumps({"key": key, "token": result.record.token, "dag": dag,
                             "released": released}) + "\n")
 
 
-def main(mode: str, url: str, key: str, out: Path, stop: Path) -> None:
+def main(mode: str, url: str, key: str, out: Path, stop: Path, seconds: float = HOLD) -> None:
     deadline = time.monotonic() + DEADLINE
     with connect(url) as store:
         number = 0
         while not stop.exists() and time.monotonic() < deadline:
             if mode == "shared":
-                hold(store, key, "dag_a", out)
-                hold(store, key, "dag_b", out)
+                hold(store, key, "dag_a", out, seconds)
+                hold(store, key, "dag_b", out, seconds)
                 continue
             fresh = f"{key}-{number}"
             number += 1
@@ -66,4 +67,5 @@ def main(mode: str, url: str, key: str, out: Path, stop: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4]), Path(sys.argv[5]))
+    main(sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4]), Path(sys.argv[5]),
+         *(float(a) for a in sys.argv[6:7]))

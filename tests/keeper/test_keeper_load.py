@@ -21,10 +21,14 @@ def test_busy_threads_and_a_gil_call_lose_no_lease(redis_url: str, key: str,
     contender = start_contender(redis_url, key, TTL)
     job = start_job(redis_url, key, "--ttl", str(TTL), "--threads", str(THREADS),
                     "--busy-first", str(BUSY_FIRST), "--gil", str(CALL), "--wait-go")
+    # The contender starts before the job's 200 threads do: started after, its
+    # start waited on this process's poll of a saturated machine (once 5 s).
+    started = contender.start_now()
     job.go_once_kept(redis_url, key)
     held = job.lines()["held"]
     token = int(held[1])
-    contender.start_trying(before=float(job.wait_for("go")[0]) + TTL - TTL / 5)
+    before = float(job.wait_for("go")[0]) + TTL - TTL / 5
+    assert started < before, "the contender started too late to judge anything"
     with connect(redis_url) as store:
         tightest = least_time_to_expiry(store, key, token, lambda: job.process.poll() is None)
         status = job.process.wait()
