@@ -289,8 +289,6 @@ class Airflow2Cluster(Airflow3Cluster):
             "AIRFLOW__SCHEDULER__ZOMBIE_DETECTION_INTERVAL": "2",
         })
         self.backfills: list[subprocess.Popen[bytes]] = []
-        self.backfill_commands: list[list[str]] = []
-        self.backfills_rerun: set[int] = set()
 
     def setup_commands(self) -> list[list[str]]:
         return [["db", "migrate"],
@@ -333,35 +331,14 @@ class Airflow2Cluster(Airflow3Cluster):
         """``airflow dags backfill`` (2.11's only way): a process running the
         runs itself through its own LocalExecutor, beside the scheduler. Both
         dates are included, as in the 3.x API call the tests make."""
+        out = open(self.logs / f"backfill-{len(self.backfills)}.out", "ab")  # noqa: SIM115
         command = [str(BIN / "airflow"), "dags", "backfill", "-s", from_date[:10], "-e",
                    to_date[:10], "-c", json.dumps(conf or {}), dag_id]
-        self.backfill_commands.append(command)
-        self.backfills.append(self._start_backfill(len(self.backfills)))
+        self.backfills.append(subprocess.Popen(command, env=self.env, stdout=out,
+                                               stderr=subprocess.STDOUT, cwd=str(self.home),
+                                               start_new_session=True))
+        out.close()
         return self.backfills[-1].pid
-
-    def _start_backfill(self, number: int) -> subprocess.Popen[bytes]:
-        with open(self.logs / f"backfill-{number}.out", "ab") as out:
-            return subprocess.Popen(self.backfill_commands[number], env=self.env, stdout=out,
-                                    stderr=subprocess.STDOUT, cwd=str(self.home),
-                                    start_new_session=True)
-
-    #: What 2.11's backfill logs when the metadata DB dropped its connection,
-    #: before it exits ("The job will retry the job", it says, but it does not).
-    DROPPED = "server closed the connection unexpectedly"
-
-    def runs(self, dag_id: str) -> list[dict[str, Any]]:
-        """As on 3.x, after running again (once, as a user would) a backfill
-        command that the metadata DB dropped. Seen once in many runs, with two
-        test phases at a time: the backfill's first query lost its connection
-        and the process exited, so its runs were never made."""
-        for number, proc in enumerate(self.backfills):
-            text = (self.logs / f"backfill-{number}.out").read_text(errors="replace")
-            if (proc.poll() is not None and number not in self.backfills_rerun
-                    and self.DROPPED in text and "Backfill done" not in text.split(self.DROPPED)[-1]):
-                print(f"backfill {number} lost its metadata DB connection; running it again")
-                self.backfills_rerun.add(number)
-                self.backfills[number] = self._start_backfill(number)
-        return super().runs(dag_id)
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
         """The try's log and, after it, what its triggers logged (2.11 writes
