@@ -138,6 +138,25 @@ def wait_gone(processes: set[Process], timeout: float, every: float = 0.002) -> 
         time.sleep(every)
 
 
+def job_process(processes: set[Process], pid: int) -> Process:
+    return next(p for p in processes if p[0] == pid)
+
+
+def wait_stopped(process: Process, timeout: float = 5.0) -> tuple[float, float]:
+    """After SIGSTOP, poll until the kernel shows the process stopped (state
+    ``T``): a signal takes effect only once its target is scheduled, late on a
+    loaded machine, and the keeper can see the stop only from then. The
+    (monotonic, wall) times it was first seen."""
+    poll(lambda: state(process) in ("T", "t"), timeout, f"{process} to stop", interval=0.001)
+    return time.monotonic(), time.time()
+
+
+def wait_dead(process: Process, timeout: float = 5.0) -> tuple[float, float]:
+    """After SIGKILL: the (monotonic, wall) times the process was first seen gone."""
+    poll(lambda: not alive(process), timeout, f"{process} to die", interval=0.001)
+    return time.monotonic(), time.time()
+
+
 def lines(path: Path) -> dict[str, list[str]]:
     """A job's or contender's output: first word -> the rest of its last such line."""
     found: dict[str, list[str]] = {}

@@ -17,17 +17,20 @@ from tests.keeper.keeper_observe import (
     Process,
     alive,
     expires_at,
+    job_process,
     keeper_of,
     renewed_by_the_keeper,
+    wait_dead,
     wait_gone,
+    wait_stopped,
 )
 from tests.keeper.keeper_runs import Contender, Run, figures
 
 TTL = 2.0
 HEARTBEAT, MARGIN = TTL / 3, TTL / 5
-#: A renewal the keeper sent just before the job stopped or died still lands:
-#: its round trip, on a loaded machine, is the only slack allowed.
-IN_FLIGHT = 0.25
+#: A renewal the keeper sent just before the job stopped or died may still
+#: land, however late a loaded machine makes it: one, never a second.
+IN_FLIGHT = 1
 #: "Within milliseconds" (the death pipe), with room for a loaded machine.
 DEATH_PIPE_BOUND = 0.5
 
@@ -53,24 +56,27 @@ def test_a_job_stopped_alone_is_not_renewed_and_is_killed_at_its_deadline(
     with connect(url) as store:
         renewed_by_the_keeper(store, key, token)
         os.kill(job.pid, signal.SIGSTOP)
-        stopped, stopped_wall = time.monotonic(), time.time()
+        stopped, stopped_wall = wait_stopped(job_process(processes, job.pid))
         contender.go()
-        last_expiry = stopped_wall
+        expiries: set[float] = set()
         while contender.grant() is None and any(alive(p) for p in processes):
             at = expires_at(store, key, token)
-            last_expiry = max(last_expiry, at.timestamp()) if at else last_expiry
+            if at is not None:
+                expiries.add(at.timestamp())
             assert time.monotonic() < stopped + 3 * TTL, "nothing happened to the stopped job"
             time.sleep(0.01)
         gone = wait_gone(processes, 2 * TTL)
+    late = sorted(at - TTL - stopped_wall for at in expiries if at > stopped_wall + TTL)
     granted = float(contender.wait_for("granted", 3 * TTL)[1])
     status = job.process.wait(10)
     figures(test="sigstop", store=url.split(":")[0], stop_to_gone_s=gone - stopped,
             stop_to_grant_s=granted - stopped, margin_left_s=granted - gone,
-            renewed_after_stop_s=last_expiry - TTL - stopped_wall, status=status)
+            renewals_after_stop=len(late), renewed_after_stop_s=late[-1] if late else 0.0,
+            status=status)
     assert gone < granted, f"the stopped job ran {gone - granted:.3f} s past the contender's grant"
-    assert last_expiry <= stopped_wall + TTL + IN_FLIGHT, (
-        f"the stopped job's lease was renewed {last_expiry - TTL - stopped_wall:.3f} s "
-        "after it stopped")
+    assert len(late) <= IN_FLIGHT, (
+        f"the stopped job's lease was renewed {len(late)} times after it was seen stopped, "
+        f"at {', '.join(f'+{t:.3f} s' for t in late)}")
     assert status == -9, status
 
 
@@ -90,12 +96,14 @@ def test_a_killed_job_stops_the_renewals_and_its_lease_expires(
     with connect(url) as store:
         renewed_by_the_keeper(store, key, token)
         os.kill(job.pid, signal.SIGKILL)
-        killed, killed_wall = time.monotonic(), time.time()
+        killed, killed_wall = wait_dead(job_process(processes, job.pid))
         contender.go()
-        last_expiry, keeper_gone = killed_wall, None
+        expiries: set[float] = set()
+        keeper_gone = None
         while contender.grant() is None:
             at = expires_at(store, key, token)
-            last_expiry = max(last_expiry, at.timestamp()) if at else last_expiry
+            if at is not None:
+                expiries.add(at.timestamp())
             if keeper_gone is None and not alive(keeper):
                 keeper_gone = time.monotonic()
             assert time.monotonic() < killed + 3 * TTL, "the contender was never granted"
@@ -104,15 +112,18 @@ def test_a_killed_job_stops_the_renewals_and_its_lease_expires(
     children_at_grant = [p for p in processes if p[0] != job.pid and alive(p)]
     after = [e for e in events if e.token == token and e.kind != "acquired"]
     grant = next(e for e in events if e.kind == "acquired" and e.token != token)
-    figures(test="job-sigkill", store=url.split(":")[0],
-            renewed_after_kill_s=last_expiry - TTL - killed_wall,
+    last_expiry = max(expiries, default=killed_wall)
+    late = sorted(at - TTL - killed_wall for at in expiries if at > killed_wall + TTL)
+    figures(test="job-sigkill", store=url.split(":")[0], renewals_after_kill=len(late),
+            renewed_after_kill_s=late[-1] if late else 0.0,
             kill_to_grant_s=grant.at.timestamp() - killed_wall,
             grant_after_expiry_s=grant.at.timestamp() - last_expiry,
             keeper_gone_after_s=-1.0 if keeper_gone is None else keeper_gone - killed,
             children_alive_at_grant=len(children_at_grant))
     assert job.process.wait(10) == -9
-    assert last_expiry <= killed_wall + TTL + IN_FLIGHT, (
-        f"the dead job's lease was renewed {last_expiry - TTL - killed_wall:.3f} s after it died")
+    assert len(late) <= IN_FLIGHT, (
+        f"the dead job's lease was renewed {len(late)} times after it died, "
+        f"at {', '.join(f'+{t:.3f} s' for t in late)}")
     assert not [e for e in after if e.kind == "released"], f"released while its child ran: {after}"
     assert grant.detail.get("took_over", {}).get("token") == token, grant
     assert grant.at.timestamp() >= last_expiry, "granted before the dead job's lease expired"
