@@ -47,7 +47,8 @@ def pair() -> Iterator[tuple[PgServer, PgServer]]:
         # initdb's pg_hba trusts local replication connections: copy over the socket.
         subprocess.run(
             [str(bindir / "pg_basebackup"), "-D", str(standby.data), "-R", "-X", "stream",
-             "-h", str(primary.root), "-p", str(primary.port), "-U", "postgres", "--no-sync"],
+             "-h", str(primary.root), "-p", str(primary.port), "-U", "postgres", "--no-sync",
+             "--checkpoint=fast"],  # the default spread checkpoint waits ~90 s
             check=True, capture_output=True, timeout=120, cwd=standby.root,
             **standby._run_as)
         standby.start()
