@@ -287,6 +287,12 @@ class Airflow2Cluster(Airflow3Cluster):
             # exit, a SIGKILL) is failed by the scheduler's zombie check.
             "AIRFLOW__SCHEDULER__SCHEDULER_ZOMBIE_TASK_THRESHOLD": "20",
             "AIRFLOW__SCHEDULER__ZOMBIE_DETECTION_INTERVAL": "2",
+            # 2.11's LocalExecutor workers dispose the engine they inherit at
+            # fork (local_executor.py, LocalWorkerBase.run), which closes the
+            # parent's pooled connections under it: on a loaded machine the
+            # parent's next query (a backfill's first) then meets "server
+            # closed the connection unexpectedly". No pool, nothing to share.
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_ENABLED": "False",
         })
         self.backfills: list[subprocess.Popen[bytes]] = []
 
