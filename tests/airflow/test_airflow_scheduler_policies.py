@@ -53,6 +53,8 @@ def test_skip_wait_and_deferrable_wait_on_the_real_scheduler(
             cluster.trigger(dag_id)
             cluster.trigger(dag_id)
 
+        seen: dict[str, list[tuple[str, str, str]]] = {}
+
         def finished(dag_id: str) -> list[dict[str, Any]] | None:
             # 3 backfill + 2 manual runs, and the scheduled run Airflow makes
             # for the latest interval when the DAG appears (catchup=False).
@@ -60,12 +62,18 @@ def test_skip_wait_and_deferrable_wait_on_the_real_scheduler(
                 runs = cluster.runs(dag_id)
             except OSError:  # the api-server timed out a read on a loaded machine: ask again
                 return None
+            seen[dag_id] = sorted((r["run_type"], r["dag_run_id"], r["state"]) for r in runs)
             ours = [r for r in runs if r["run_type"] in ("backfill", "manual")]
             done = len(ours) == 5 and all(r["state"] in ("success", "failed") for r in runs)
             return runs if done else None
 
-        runs = {dag_id: poll(lambda d=dag_id: finished(d), f"the runs of {dag_id}",
-                             RUN_WAIT, 1.0) for dag_id in POLICIES}
+        runs = {}
+        for dag_id in POLICIES:
+            try:
+                runs[dag_id] = poll(lambda d=dag_id: finished(d), f"the runs of {dag_id}",
+                                    RUN_WAIT, 1.0)
+            except AssertionError as timed_out:
+                raise AssertionError(f"{timed_out}; {unfinished(cluster, dag_id, seen)}") from None
         assert cluster.wait_run("lt_pol_retry", retry_run, RUN_WAIT) == "success"
         states = {dag_id: {r["dag_run_id"]: (r["state"], r["run_type"],
                                              cluster.task_states(dag_id, r["dag_run_id"])["job"])
@@ -110,6 +118,23 @@ def test_skip_wait_and_deferrable_wait_on_the_real_scheduler(
     assert tries[1]["token"] > tries[0]["token"]
     assert (f"an earlier try ({tries[0]['try_number']}) of this task instance still holds "
             "the lease") in logs["lt_pol_retry"]
+
+
+def unfinished(cluster: Any, dag_id: str, seen: dict[str, list[tuple[str, str, str]]]) -> str:
+    """What a timed-out wait last saw: every run, and for each unfinished one
+    its task states and what the components logged of it (a bad night's first
+    question is which run, stuck where)."""
+    lines = [f"last seen: {seen.get(dag_id)}"]
+    for run_type, run_id, state in seen.get(dag_id, []):
+        if state not in ("success", "failed"):
+            try:
+                tasks: Any = cluster.task_states(dag_id, run_id)
+            except OSError as error:
+                tasks = error
+            logged = [f"{log.stem}: {line[:300]}" for log in sorted(cluster.logs.glob("*.out"))
+                      for line in log.read_text(errors="replace").splitlines() if run_id in line]
+            lines.append(f"{run_type} {run_id} {state}: tasks {tasks}; logged: {logged[-12:]}")
+    return "\n".join(lines)
 
 
 def assert_one_at_a_time(log: list[dict[str, Any]]) -> None:
