@@ -36,6 +36,9 @@ def chromium_binary() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+#: What DevTools answers to an evaluation cut short by a navigation.
+NAVIGATED = ("Inspected target navigated or closed", "Execution context was destroyed")
+
 class Browser:
     """One chromium process and one page target; every call has a deadline."""
 
@@ -100,10 +103,17 @@ class Browser:
         self.call("Page.navigate", url=url)
 
     def wait_for(self, expression: str, what: str, timeout: float = 60.0) -> Any:
-        """A bounded poll on a JS condition in the page."""
+        """A bounded poll on a JS condition in the page. A page that navigates
+        while the expression runs (a sign-in's redirects) answers with one of
+        NAVIGATED instead of a value: not yet, ask the next page."""
         deadline = time.monotonic() + timeout
         while True:
-            value = self.evaluate(expression)
+            try:
+                value = self.evaluate(expression)
+            except AssertionError as error:
+                if not any(sign in str(error) for sign in NAVIGATED):
+                    raise
+                value = None
             if value:
                 return value
             if time.monotonic() > deadline:
