@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import HERE, events
+from harness import AIRFLOW_2, HERE, events
 from scheduler_harness import AirflowCluster, poll
 from test_airflow_scheduler import metadata_db
 
@@ -64,8 +64,29 @@ def test_skip_wait_and_deferrable_wait_on_the_real_scheduler(
                 return None
             seen[dag_id] = sorted((r["run_type"], r["dag_run_id"], r["state"]) for r in runs)
             ours = [r for r in runs if r["run_type"] in ("backfill", "manual")]
-            done = len(ours) == 5 and all(r["state"] in ("success", "failed") for r in runs)
+            done = len(ours) == 5 and all(r["state"] in ("success", "failed")
+                                          or left_running(dag_id, r) for r in runs)
             return runs if done else None
+
+        def left_running(dag_id: str, run: dict[str, Any]) -> bool:
+            """Airflow 2.x's backfill can set a run it has marked successful back
+            to running, racing its own task's end (seen here: "Marking run
+            successful", then "running" for good, its one task skipped;
+            apache/airflow#34448). Such a run is settled once its backfill
+            process has exited and every task of it has ended."""
+            if not (AIRFLOW_2 and run["run_type"] == "backfill" and run["state"] == "running"
+                    and all(proc.poll() is not None for proc in getattr(cluster, "backfills", []))):
+                return False
+            try:
+                tasks = cluster.task_states(dag_id, run["dag_run_id"])
+            except OSError:  # as in finished(): ask again
+                return False
+            if tasks and all(state in ("success", "skipped") for state in tasks.values()):
+                stale.add((dag_id, run["dag_run_id"]))
+                return True
+            return False
+
+        stale: set[tuple[str, str]] = set()
 
         runs = {}
         for dag_id in POLICIES:
@@ -87,11 +108,14 @@ def test_skip_wait_and_deferrable_wait_on_the_real_scheduler(
     log = events(record_dir)
     for dag_id in POLICIES:
         print(dag_id, sorted(states[dag_id].values()))
+    if stale:
+        print("left running by Airflow's backfill, every task ended:", sorted(stale))
 
     for dag_id in POLICIES:
         mine = [e for e in log if e["dag_id"] == dag_id]
         assert {t for _, t, _ in states[dag_id].values()} >= {"backfill", "manual"}
-        assert all(s == "success" for s, _, _ in states[dag_id].values()), states[dag_id]
+        assert all(s == "success" or (dag_id, run_id) in stale
+                   for run_id, (s, _, _) in states[dag_id].items()), states[dag_id]
         assert_one_at_a_time(mine)
         starts = sorted((e for e in mine if e["event"] == "start"), key=lambda e: e["t"])
         tokens = [e["token"] for e in starts]
