@@ -28,6 +28,8 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-dev-shm-usage", "--window-size=1400,900")
 START_WAIT = 60.0
+#: What DevTools answers to an evaluation cut short by a navigation.
+NAVIGATED = ("Inspected target navigated or closed", "Execution context was destroyed")
 #: Where the browser tests keep their screenshots.
 ARTIFACTS = Path(os.environ.get("LEASE_TEST_ARTIFACTS") or ROOT / ".lease-test-servers" / "artifacts")
 
@@ -35,9 +37,6 @@ ARTIFACTS = Path(os.environ.get("LEASE_TEST_ARTIFACTS") or ROOT / ".lease-test-s
 def chromium_binary() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
-
-#: What DevTools answers to an evaluation cut short by a navigation.
-NAVIGATED = ("Inspected target navigated or closed", "Execution context was destroyed")
 
 class Browser:
     """One chromium process and one page target; every call has a deadline."""

@@ -151,12 +151,6 @@ def wait_stopped(process: Process, timeout: float = 5.0) -> tuple[float, float]:
     return time.monotonic(), time.time()
 
 
-def wait_dead(process: Process, timeout: float = 5.0) -> tuple[float, float]:
-    """After SIGKILL: the (monotonic, wall) times the process was first seen gone."""
-    poll(lambda: not alive(process), timeout, f"{process} to die", interval=0.001)
-    return time.monotonic(), time.time()
-
-
 def lines(path: Path) -> dict[str, list[str]]:
     """A job's or contender's output: first word -> the rest of its last such line."""
     found: dict[str, list[str]] = {}
