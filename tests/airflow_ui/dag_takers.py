@@ -1,14 +1,14 @@
 """The lease holders of the per-DAG race tests (test_leases_per_dag_races.py),
 run as processes beside the api-server, on the store it reads.
 
-``python dag_takers.py shared URL KEY OUT STOP``: takes KEY as DAG ``dag_a``
-and releases it, and the moment it is free takes it as ``dag_b`` and
-releases it, over and over, so the key's next token is always ``dag_b``'s.
+``python dag_takers.py shared URL KEY OUT STOP [SECONDS]``: takes KEY as DAG
+``dag_a`` and releases it, and the moment it is free takes it as ``dag_b`` and
+releases it, over and over, so the key's next token is always ``dag_b``'s;
+each lease is held SECONDS (default ``HOLD``).
 
 ``python dag_takers.py fresh URL PREFIX OUT STOP``: takes the fresh keys
 PREFIX-0, PREFIX-1, ... as ``dag_b``, each once, after writing the key it is
-about to take to OUT.next (the attacker aims there); HOLD, a last argument
-in ``shared`` mode, holds each lease that many seconds instead of ``HOLD``; with ``history`` as
+about to take to OUT.next (the attacker aims there); with ``history`` as
 the first argument, ``dag_a`` takes each key first, so ``dag_b``'s grant is
 the first of its DAG in that key's history.
 
