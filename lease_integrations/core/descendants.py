@@ -17,64 +17,73 @@ import os
 import signal
 import subprocess
 
+from . import kernel
 
-def _parents() -> dict[int, int]:
-    """pid -> parent pid of every live (not zombie) process we can see."""
+
+def _children_map() -> dict[int, list[int]]:
+    """parent pid -> the live (not zombie) processes it is the parent of."""
     if not os.path.isdir("/proc"):  # macOS and the BSDs
         out = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,stat="], capture_output=True,
                              text=True, check=False).stdout
         rows = [line.split() for line in out.splitlines()]
-        return {int(r[0]): int(r[1]) for r in rows if len(r) >= 3 and not r[2].startswith("Z")}
-    parents = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read().decode("ascii", "replace")
-            state, ppid = stat[stat.rindex(")") + 2:].split()[:2]  # the name may hold ')'
-        except (OSError, ValueError):
-            continue  # gone meanwhile (an exiting process may show an empty stat)
-        if state not in ("Z", "X"):
-            parents[int(name)] = int(ppid)
-    return parents
+        pairs = [(int(r[0]), int(r[1])) for r in rows if len(r) >= 3 and not r[2].startswith("Z")]
+    else:
+        pairs = []
+        for name in os.listdir("/proc"):
+            found = kernel.stat(int(name)) if name.isdigit() else None
+            if found is not None and not kernel.is_gone(found[0]):
+                pairs.append((int(name), found[1]))
+    children: dict[int, list[int]] = {}
+    for pid, ppid in pairs:
+        children.setdefault(ppid, []).append(pid)
+    return children
 
 
 def descendants(*roots: int) -> set[int]:
-    """Every live process below ``roots`` (default: this process)."""
-    children: dict[int, list[int]] = {}
-    for pid, ppid in _parents().items():
-        children.setdefault(ppid, []).append(pid)
+    """Every live process below ``roots`` (default: this process). Read from
+    the kernel's children lists where it keeps them: the cost is the tree's
+    size, not the host's, so the keeper can take one every tick."""
+    if kernel.HAS_CHILDREN:
+        def below(pid: int) -> list[int]:  # the kernel lists zombies too: not ours to end
+            return [c for c in kernel.children(pid)
+                    if not kernel.is_gone(kernel.process_state(c))]
+    else:
+        mapping = _children_map()
+        below = lambda pid: mapping.get(pid, [])  # type: ignore[misc]  # noqa: E731
     found: set[int] = set()
-    todo = [child for root in roots or (os.getpid(),) for child in children.get(root, [])]
+    todo = [child for root in roots or (os.getpid(),) for child in below(root)]
     while todo:
         pid = todo.pop()
+        if pid in found:
+            continue
         found.add(pid)
-        todo.extend(children.get(pid, []))
+        todo.extend(below(pid))
     return found
 
 
-def _signal(pids: set[int], signum: int) -> None:
+def signal_all(pids: set[int], signum: int) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signum)
 
 
-def freeze(root: int | None = None, *, known: set[int] = frozenset()) -> set[int]:  # type: ignore[assignment]
+def freeze(root: int | None = None, *, known: set[int] = frozenset(),  # type: ignore[assignment]
+           spare: set[int] = frozenset()) -> set[int]:  # type: ignore[assignment]
     """SIGSTOP every process below us (or ``root`` and every process below
     it), walking until no new one shows up; returns the frozen set. ``known``
     pids found earlier are frozen too, with their trees, if still alive: a
-    stop hook may have ended their parent meanwhile, handing them to init."""
+    stop hook may have ended their parent meanwhile, handing them to init.
+    ``spare`` (the keeper itself) is never frozen."""
     frozen = set() if root is None else {root}
-    alive = set(_parents())
-    frozen |= known & alive
-    _signal(frozen, signal.SIGSTOP)
+    frozen |= {pid for pid in known if not kernel.is_gone(kernel.process_state(pid))}
+    frozen -= spare
+    signal_all(frozen, signal.SIGSTOP)
     roots = tuple(frozen) if root is not None else (os.getpid(), *frozen)
     for _ in range(50):  # bounded: a tree that outgrows the walk is still ended by SIGKILL
-        new = descendants(*roots, *frozen) - frozen
+        new = descendants(*roots, *frozen) - frozen - spare
         if not new:
             break
-        _signal(new, signal.SIGSTOP)
+        signal_all(new, signal.SIGSTOP)
         frozen |= new
     return frozen
 

@@ -123,7 +123,8 @@ def _stop_with_keeper(lease: Lease, callbacks: list[LostCallback], keeper: Any) 
         # it has begun the hard stop, and the job ends by SIGKILL, not 75.
         _steps_before_the_kill(lease, callbacks, None, deadline - lease.margin / 10,
                                release_kept=False)
-        keeper.end_tree(deadline, started_with)
+        if keeper.end_tree(deadline, started_with):
+            keeper.disarm_for_exit()  # the keeper ends them: SIGTERM first, not our group's SIGKILL
     finally:
         os._exit(LEASE_LOST_EXIT_STATUS)
 

@@ -24,9 +24,14 @@ What it guarantees, whatever the job's interpreter does:
 - its own death: its kernel timer (``KillTimer``) is kept at
   ``W + 0.9 * margin`` of the job's armed leases, so a keeper stuck past that
   dies, and its death SIGKILLs the job through the death pipe;
-- the job's death: seen at once (a pidfd); renewals stop and the keeper
-  exits; the job's leases expire after their ttl (never released while a
-  process the job started may still run).
+- the job's death: seen at once (a pidfd, never EOF on a pipe: a job that
+  closed its descriptors or ran ``exec`` is alive). If it died inside a
+  fail-stop block, what it started is ended (its process group, and every
+  process of the snapshot of its tree taken each tick: those that left the
+  group), then its leases are released at once; else its leases expire;
+- the job alive while its pipe to us is gone (it closed its descriptors, or
+  ran ``exec``): its leases are lost, and it is stopped at ``stop_at`` like
+  any other loss.
 """
 
 from __future__ import annotations
@@ -43,10 +48,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .clock import now
-from .descendants import descendants
+from .descendants import descendants, signal_all
 from .errors import StoreUnavailable
 from .heartbeat import Heartbeat
-from .kernel import KillTimer, is_gone, is_stopped, process_state
+from .kernel import KillTimer, Process, alive, identify, is_gone, is_stopped, process_state
 from .lease import Lease
 from .record import LeaseRecord
 from .store import LeaseStore
@@ -59,6 +64,10 @@ STOP_BEGINS = 0.7
 TIMER_SHARE = 0.9
 #: Seconds the keeper lets the job's messages gather before reading them.
 COALESCE = 0.005
+#: Seconds between snapshots of the job's tree while a fail-stop block runs:
+#: a process started and moved out of the job's group less than this before
+#: the job dies can escape (see docs/concepts/loss.md).
+SNAPSHOT_EVERY = 0.25
 
 
 class JobStopped(StoreUnavailable):
@@ -193,8 +202,10 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 class Keeper:
-    def __init__(self, job: int, out_fd: int) -> None:
+    def __init__(self, job: int, out_fd: int, group: int | None = None) -> None:
         self.job = job
+        #: The job's process group, if it leads one: ended with the job.
+        self.group = group
         self.me = os.getpid()
         self.outbox = Outbox(out_fd)
         self.heartbeat = Heartbeat()
@@ -208,9 +219,12 @@ class Keeper:
         self._rearm = False
         self._stop_at: float | None = None
         self._end_requested = False
-        #: Processes seen below the job when a loss was known: a stop hook may
-        #: end their parent before the stop, orphaning them out of our walk.
-        self._known: set[int] = set()
+        #: Processes seen below the job (each tick while a fail-stop block
+        #: runs, and when a loss was known): a stop hook, or the job's death,
+        #: may orphan them out of our walk. With their start times: a pid
+        #: reused since is never taken for one of them.
+        self._known: set[Process] = set()
+        self._snapshot_at = 0.0
         self.stopping = False
         self.timer: KillTimer | None = None
         try:
@@ -286,7 +300,7 @@ class Keeper:
                 kept.renewed(message["started"])
         elif op == "end":
             with self._cond:
-                self._known.update(message.get("known", ()))
+                self._note(message.get("known", ()))
                 self._end_requested = True
                 self._cond.notify()
 
@@ -340,15 +354,33 @@ class Keeper:
                           "stop_at": stop_at})
         if not lease.armed:
             return
-        known = descendants(self.job) - {self.me}
+        self._note(descendants(self.job))
         log.critical(
             "lease %s (token %s) lost: %s; the job (pid %d) and every process it "
             "started are stopped within %.2f s unless the job ends itself first",
             lease.key, lease.token, lease.lost_reason, self.job, stop_at + lease.grace - now())
         with self._cond:
-            self._known |= known
             self._stops[lease.lid] = stop_at
             self._cond.notify()
+
+    def _note(self, pids: Any) -> None:
+        """Add ``pids`` (seen below the job) to what is ended with it."""
+        for pid in pids:
+            if pid != self.me:
+                process = identify(pid)
+                if process is not None:
+                    self._known.add(process)
+
+    def _snapshot(self) -> None:
+        """While a fail-stop block runs, note the job's tree every tick: if
+        the job dies, its children belong to init, out of any walk."""
+        at = now()
+        if at < self._snapshot_at or not any(
+                lease.armed for lease in list(self.leases.values())):
+            return
+        self._snapshot_at = at + SNAPSHOT_EVERY
+        self._known = {p for p in self._known if alive(p)}
+        self._note(descendants(self.job))
 
     def _wake(self) -> None:
         with self._cond:
@@ -380,7 +412,9 @@ class Keeper:
                 if self._end_requested or (stop_at is not None and now() >= stop_at):
                     self._stop_at = stop_at
                     break
-                self._cond.wait(1.0 if stop_at is None else max(0.0005, stop_at - now()))
+                self._snapshot()
+                wait = SNAPSHOT_EVERY if stop_at is None else min(SNAPSHOT_EVERY, stop_at - now())
+                self._cond.wait(max(0.0005, wait))
         self.stopping = True
         grace = max((lease.grace for lease in self.leases.values() if lease.armed), default=0.0)
         if self._end_requested:
@@ -419,29 +453,29 @@ class Keeper:
         until nothing new shows up: a frozen process neither forks nor exits,
         so no pid escapes to init during the walk."""
         frozen = {self.job} if include_job else set()
-        frozen |= {pid for pid in self._known if not is_gone(process_state(pid))}
+        frozen |= {p[0] for p in self._known if alive(p)}
         spare = {self.me}
         frozen -= spare
-        _signal(frozen, signal.SIGSTOP)
+        signal_all(frozen, signal.SIGSTOP)
         for _ in range(50):
             new = descendants(self.job, *frozen) - frozen - spare
             if not new:
                 break
-            _signal(new, signal.SIGSTOP)
+            signal_all(new, signal.SIGSTOP)
             frozen |= new
         return frozen
 
     def _end(self, pids: set[int], grace: float) -> None:
         if not pids:
             return
-        _signal(pids, signal.SIGTERM)
-        _signal(pids, signal.SIGCONT)
+        signal_all(pids, signal.SIGTERM)
+        signal_all(pids, signal.SIGCONT)
         until = now() + grace
         while now() < until:
             if all(is_gone(process_state(pid)) for pid in pids):
                 return
             select.select([], [], [], 0.005)
-        _signal(pids, signal.SIGKILL)
+        signal_all(pids, signal.SIGKILL)
 
     def _release_others(self) -> None:
         """The job's healthy leases, given back now that nothing of the job
@@ -456,25 +490,45 @@ class Keeper:
             thread.join(max(0.0, min(2.0, lease.margin)))
 
     def job_gone(self) -> None:
-        """The job died (or closed our stdin): stop renewing at once. Its
-        leases expire: one it held may still be used by a process it started.
-        If it died of a loss (its ladder ended it, perhaps before we had read
-        its request), what it started is ended first: seen below it when the
-        loss was known, those processes belong to init now."""
+        """The job died (its pidfd says so). Renewals stop at once. If it
+        died inside a fail-stop block (an armed lease it never dropped: the
+        OOM killer, a SIGKILL, its own ladder), what it started is ended
+        first: its process group, and every process seen below it (by now
+        init's), frozen, then SIGTERM and ``grace``, then SIGKILL; then its
+        leases are released at once: nothing of the job runs, and the next
+        holder need not wait out a ttl. Otherwise its leases expire."""
         if self.stopping:
             threading.Event().wait()  # the stopper finishes and exits
-        self.drain()  # its last words: an "end" with the processes it saw
+        self.drain()  # its last words: drops, an "end" with the processes it saw
         with self._cond:
-            lost = bool(self._stops) or self._end_requested
-            self.stopping = lost
-        if lost:
+            armed = any(lease.armed for lease in self.leases.values())
+            self.stopping = armed or bool(self._stops) or self._end_requested
+        if self.stopping:
+            if self.group is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.group, signal.SIGKILL)
             grace = max((lease.grace for lease in self.leases.values() if lease.armed),
                         default=0.0)
-            self._end({pid for pid in self._known if not is_gone(process_state(pid))}
-                      - {self.me}, grace)
+            self._end(self._freeze(include_job=False), grace)
             self._release_others()
         _flush()
         os._exit(0)
+
+    def input_gone(self) -> None:
+        """EOF on our stdin while the job lives (its pidfd says so): it closed
+        its descriptors or ran ``exec``. It can no longer hear us, release or
+        drop: every lease is lost, and one under a fail-stop block stops the
+        job at its ``stop_at`` like any other loss. Without one, we leave:
+        the job's leases expire, and it hears of the loss when we exit."""
+        for lease in list(self.leases.values()):
+            self.heartbeat.remove(lease)
+            lease.mark_lost("the job's pipe to its keeper closed while it held the lease "
+                            "(it closed its descriptors, or ran exec): nothing renews it")
+        with self._cond:
+            stopping = bool(self._stops)
+        if not stopping:
+            _flush()
+            os._exit(0)
 
 
 _EPOCH = datetime.fromtimestamp(0, timezone.utc)
@@ -483,12 +537,6 @@ _EPOCH = datetime.fromtimestamp(0, timezone.utc)
 def _release(lease: KeptLease) -> None:
     with contextlib.suppress(Exception):
         lease.store.release(lease.key, lease.secret, lease.token)
-
-
-def _signal(pids: set[int], signum: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signum)
 
 
 def _flush() -> None:
@@ -513,6 +561,13 @@ def main() -> None:
         first += chunk
     hello = json.loads(first)
     job = hello["job"]
+    # The rest of the job's environment, for the store's driver: set here,
+    # never in our environment block (/proc/PID/environ), see keeper_client.
+    os.environ.update(hello.get("env", {}))
+    # Descriptor 3 or 4 (passed, never read): the read end of the job's death
+    # pipe, held open for as long as we live, so that the job's end closing
+    # (its death, its descriptors closed, an exec) makes the kernel kill its
+    # group (see kernel). The keeper's own pipe's write end is the other.
     logging.basicConfig(stream=sys.stderr, level=max(logging.WARNING, hello["log_level"]),
                         format="%(asctime)s %(levelname)s [lease-keeper %(process)d] %(message)s")
     try:
@@ -521,10 +576,11 @@ def main() -> None:
         return
     if os.getppid() != job:
         return  # the job died before we looked
-    keeper = Keeper(job, out_fd)
+    keeper = Keeper(job, out_fd, hello.get("group"))
     os.set_blocking(0, False)
+    watched = [0, pidfd]
     while True:
-        ready, _, _ = select.select([0, pidfd], [], [])
+        ready, _, _ = select.select(watched, [], [])
         if pidfd in ready:
             keeper.job_gone()
         if 0 in ready:
@@ -533,7 +589,11 @@ def main() -> None:
             # are due a heartbeat later; a verdict reads at once (``drain``).
             select.select([], [], [], COALESCE)
             if not keeper.read(0):
-                keeper.job_gone()
+                # EOF is not death: ask the pidfd (readable once the job died).
+                if select.select([pidfd], [], [], 0)[0]:
+                    keeper.job_gone()
+                watched = [pidfd]
+                keeper.input_gone()
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ keeper on its stdin, never in its argv or environment.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import logging
@@ -104,9 +103,12 @@ class Keeper:
         self._lock = threading.Lock()
         self._read_lock = threading.RLock()
         self._proc: subprocess.Popen[bytes] | None = None
-        self._out = -1   # our end of the keeper's stdin
-        self._in = -1    # our end of its stdout (non-blocking)
-        self._death = -1  # the death pipe's read end (see kernel)
+        #: Our ends: ``out`` (the keeper's stdin), ``in`` (its stdout,
+        #: non-blocking), ``keeper_pipe`` (the read end of the pipe whose
+        #: writer is the keeper), ``job_pipe`` and ``job_pipe_read`` (the
+        #: pipe whose writer is this process; the keeper holds its read end
+        #: too): see ``kernel``. Each checked before use (``kernel.Ends``).
+        self._ends = kernel.Ends()
         #: store -> the keeper's id for it (weak: an id() could be reused)
         self._store_ids: weakref.WeakKeyDictionary[LeaseStore, int] = weakref.WeakKeyDictionary()
         self._leases: dict[int, tuple[Lease, bool, int]] = {}  # id -> lease, armed, generation
@@ -219,7 +221,7 @@ class Keeper:
         the pipe but not yet acted on (a starved thread may sit on it) is
         acted on before we judge; then whatever else is in the pipe."""
         with self._read_lock:
-            while self._in >= 0 and select.select([self._in], [], [], 0)[0]:
+            while (fd := self._ends.get("in")) >= 0 and select.select([fd], [], [], 0)[0]:
                 if not self._pump(0):
                     return
 
@@ -266,31 +268,37 @@ class Keeper:
         self._spawn(self._generation)
 
     def _spawn(self, generation: int) -> None:
-        death_read, death_write = os.pipe()
-        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+        # Plain pipes, no Popen file objects: a file object closes its number
+        # when collected, and that number may be a user's file by then.
+        to_keeper, out = os.pipe()
+        in_, from_keeper = os.pipe()
+        keeper_pipe, keeper_pipe_write = os.pipe()
+        job_pipe_read, job_pipe = os.pipe()
+        theirs = (to_keeper, from_keeper, keeper_pipe_write, job_pipe_read)
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "lease_integrations.core.keeper"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(death_write,),
-                start_new_session=True, env=env, close_fds=True)
+                stdin=to_keeper, stdout=from_keeper, pass_fds=(keeper_pipe_write, job_pipe_read),
+                start_new_session=True, env=keeper_environment(), close_fds=True)
         except OSError as exc:  # the leases stay renewed in this process
-            os.close(death_read)
+            for fd in (out, in_, keeper_pipe, job_pipe):
+                os.close(fd)
             log.error("could not start the lease keeper (%s): renewals stay in this process, "
                       "and a job call that keeps the GIL can lose its lease", exc)
             self._broken = True
             return
         finally:
-            os.close(death_write)
-        assert proc.stdin is not None and proc.stdout is not None
-        self._proc, self._out, self._in = proc, proc.stdin.fileno(), proc.stdout.fileno()
-        self._death = death_read
-        os.set_blocking(self._in, False)
-        kernel.widen_pipe(self._out)
-        self._death_flags = kernel.prepare_death_pipe(death_read)
-        self._send([{"op": "hello", "job": os.getpid(), "death_fd": death_write,
+            for fd in theirs[:3]:
+                os.close(fd)
+        self._proc = proc
+        self._ends = kernel.Ends(out=out, **{"in": in_}, keeper_pipe=keeper_pipe,
+                                 job_pipe=job_pipe, job_pipe_read=job_pipe_read)
+        os.set_blocking(in_, False)
+        kernel.widen_pipe(out)
+        self._death_flags = kernel.prepare_death_pipe(keeper_pipe)
+        kernel.prepare_death_pipe(job_pipe_read)
+        self._send([{"op": "hello", "job": os.getpid(), "group": kernel.own_group(),
+                     "env": {k: v for k, v in os.environ.items() if not _plain(k)},
                      "log_level": logging.getLogger("lease_integrations").getEffectiveLevel()}])
         self._reader = threading.Thread(target=self._read_loop, args=(proc, generation),
                                         name="lease-keeper-reader", daemon=True)
@@ -301,15 +309,26 @@ class Keeper:
                             for m in messages).encode())
 
     def _write(self, data: bytes) -> None:
+        fd = self._ends.get("out")
         try:
-            while data:
-                data = data[os.write(self._out, data):]
+            while data and fd >= 0:
+                data = data[os.write(fd, data):]
         except OSError:  # the keeper is gone: the reader reports its leases lost
             pass
 
     def _set_death_pipe(self, armed: bool) -> None:
-        if self._death >= 0:
-            kernel.set_death_pipe(self._death, armed, self._death_flags)
+        """Arm (or disarm) both death pipes: the keeper's death, and ours
+        (our death, our descriptors closed, an exec), kill our process group."""
+        for name in ("keeper_pipe", "job_pipe_read"):
+            fd = self._ends.get(name)
+            if fd >= 0:
+                kernel.set_death_pipe(fd, armed, self._death_flags)
+
+    def disarm_for_exit(self) -> None:
+        """The keeper has frozen what we started and ends it once we exit
+        (SIGTERM, then ``grace``): our exit must not SIGKILL our group first.
+        No lock: a thread of the job may hold it, stuck, while we exit."""
+        self._set_death_pipe(False)
 
     def _read_loop(self, proc: subprocess.Popen[bytes], generation: int) -> None:
         while self._pump(None):
@@ -330,8 +349,9 @@ class Keeper:
 
     def _pump(self, timeout: float | None) -> bool:
         """Read and act on what the keeper said, waiting up to ``timeout``
-        (None: until it says something). False once it is gone."""
-        fd = self._in
+        (None: until it says something). False once it is gone, or its
+        pipe is no longer ours."""
+        fd = self._ends.get("in")
         if fd < 0:
             return False
         try:
@@ -341,6 +361,8 @@ class Keeper:
         if not ready:
             return True
         with self._read_lock:
+            if self._ends.get("in") != fd:
+                return False
             try:
                 chunk = os.read(fd, 1 << 16)
             except BlockingIOError:
@@ -383,20 +405,36 @@ class Keeper:
     def _close_fds(self) -> None:
         """Close our ends of a keeper that is gone (or, in a forked child,
         of the parent's keeper: the keeper watches the parent itself, not
-        these pipes)."""
-        if self._proc is not None:
-            for stream in (self._proc.stdin, self._proc.stdout):
-                if stream is not None:
-                    with contextlib.suppress(OSError):
-                        stream.close()
-        if self._death >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self._death)
-        self._out = self._in = self._death = -1
+        these pipes; and the child must not hold the parent's end of its
+        death pipe open): only those still ours (``kernel.Ends``)."""
+        self._ends.close()
 
 
 _keeper: Keeper | None = None
 _keeper_lock = threading.Lock()
+
+
+#: What the keeper's environment (``/proc/PID/environ``, readable by every
+#: process of the user) keeps of the job's: names, and prefixes. The rest
+#: (a ``LEASE_STORE_URL``, an ``AIRFLOW_CONN_*``, ``PGPASSWORD``...) comes on
+#: its stdin with the store's URL, and is set in its ``os.environ`` (for the
+#: store's driver), never in that block.
+_ENV_KEEP = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR",
+                       "VIRTUAL_ENV", "SSL_CERT_FILE", "SSL_CERT_DIR", "SYSTEMROOT"})
+_ENV_KEEP_PREFIXES = ("LC_", "PYTHON")
+
+
+def _plain(name: str) -> bool:
+    return name in _ENV_KEEP or name.startswith(_ENV_KEEP_PREFIXES)
+
+
+def keeper_environment() -> dict[str, str]:
+    """The keeper's environment: the job's, scrubbed (``_plain``), with
+    this package importable."""
+    env = {name: value for name, value in os.environ.items() if _plain(name)}
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    return env
 
 
 def get_keeper() -> Keeper:

@@ -8,12 +8,22 @@ delays for as long as it runs. These act in the kernel instead:
   delivers SIGKILL to its own process at an absolute time, GIL held or not;
   re-arming it is one ~2 µs syscall. The keeper arms one on itself, so a
   keeper that is stuck dies on time.
-- the *death pipe*: a pipe's read end set to ``O_ASYNC`` with the kernel's
-  "I/O possible" signal replaced by SIGKILL (``F_SETSIG``): when the last
-  writer (the keeper) dies, the reader (the job) is killed within
-  milliseconds. ``set_death_pipe(fd, armed)`` turns it on and off (clearing
-  ``O_ASYNC``, never closing: a close would count as the writer's death only
-  for the other side, and an armed close races the keeper's exit).
+- the *death pipes*: a pipe's read end set to ``O_ASYNC`` with the kernel's
+  "I/O possible" signal replaced by SIGKILL (``F_SETSIG``) and its owner set
+  to the job's process group (``F_SETOWN(-pgid)``, when the job leads one, as
+  task runners start a task; else the job alone): when the last writer dies,
+  the kernel kills the whole group within milliseconds, GIL or not. Two of
+  them: the keeper holds the *keeper pipe*'s write end (the keeper dies: the
+  job's group dies), the job holds the *job pipe*'s write end (the job dies,
+  closes its descriptors or runs ``exec``: its group dies, whatever the
+  keeper is doing, frozen included). ``set_death_pipe(fd, armed)`` turns one
+  on and off (clearing ``O_ASYNC``, never closing: a close would count as
+  the writer's death).
+- ``stat`` (the one reader of ``/proc/PID/stat`` here) and ``below``: a
+  process's state, parent and start time (a pid with its start time is
+  safe from reuse), and the processes below some, read from the kernel's
+  ``children`` lists (no walk of all of ``/proc``): the keeper snapshots
+  the job's tree every tick, to end it when the job dies;
 - ``process_state``: a job stopped alone (SIGSTOP, a debugger: state ``T``)
   is not alive, and must not be renewed.
 
@@ -96,11 +106,21 @@ class KillTimer:
         self.armed_at = at
 
 
+def own_group() -> int | None:
+    """This process's group id if it leads the group (its own, as task
+    runners start a task), else None: a group it merely joined (a shell's
+    pipeline, a test runner's) is not its to kill."""
+    pgid = os.getpgid(0)
+    return pgid if pgid == os.getpid() else None
+
+
 def prepare_death_pipe(read_fd: int) -> int:
-    """Make the kernel SIGKILL this process, not send SIGIO, when ``read_fd``
-    becomes readable (its writer died), once ``set_death_pipe`` arms it.
-    Returns the fd's flags, which ``set_death_pipe`` then sets in one call."""
-    fcntl.fcntl(read_fd, fcntl.F_SETOWN, os.getpid())
+    """Make the kernel SIGKILL this process's group (or this process alone,
+    see ``own_group``), not send SIGIO, when ``read_fd`` becomes readable
+    (its last writer died), once ``set_death_pipe`` arms it. Returns the
+    fd's flags, which ``set_death_pipe`` then sets in one call."""
+    group = own_group()
+    fcntl.fcntl(read_fd, fcntl.F_SETOWN, -group if group is not None else os.getpid())
     fcntl.fcntl(read_fd, F_SETSIG, signal.SIGKILL)
     return fcntl.fcntl(read_fd, fcntl.F_GETFL) & ~os.O_ASYNC
 
@@ -115,15 +135,60 @@ def widen_pipe(fd: int, size: int = 1 << 20) -> None:
         fcntl.fcntl(fd, F_SETPIPE_SZ, size)
 
 
+def stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, start time in clock ticks) of ``pid`` from
+    ``/proc``, or None when it is gone. The name may hold ')': split after
+    the last one."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read().decode("ascii", "replace")
+        fields = text[text.rindex(")") + 2:].split()
+        return fields[0], int(fields[1]), int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def process_state(pid: int) -> str | None:
     """The kernel's one-letter state of ``pid`` (``R``, ``S``, ``D``, ``T``,
     ``t``, ``Z``...), or None when it is gone."""
+    found = stat(pid)
+    return None if found is None else found[0]
+
+
+#: Whether the kernel keeps per-thread children lists (``CONFIG_PROC_CHILDREN``).
+HAS_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+
+
+def children(pid: int) -> list[int]:
+    """The children of ``pid``, from the kernel's per-thread lists
+    (``HAS_CHILDREN`` says whether there are any); [] once it is gone."""
+    found: list[int] = []
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode("ascii", "replace")
-        return stat[stat.rindex(")") + 2]
-    except (OSError, ValueError, IndexError):
-        return None
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                found.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            continue  # a thread that ended meanwhile
+    return found
+
+
+#: A process, safe from pid reuse: (pid, start time in clock ticks since boot).
+Process = tuple[int, int]
+
+
+def identify(pid: int) -> Process | None:
+    found = stat(pid)
+    return None if found is None or is_gone(found[0]) else (pid, found[2])
+
+
+def alive(process: Process) -> bool:
+    """Running or stopped (not a zombie), and not a reused pid."""
+    found = stat(process[0])
+    return found is not None and found[2] == process[1] and not is_gone(found[0])
 
 
 def is_stopped(state: str | None) -> bool:
@@ -132,3 +197,35 @@ def is_stopped(state: str | None) -> bool:
 
 def is_gone(state: str | None) -> bool:
     return state is None or state in ("Z", "X")
+
+
+def _identity(fd: int) -> tuple[int, int] | None:
+    try:
+        found = os.fstat(fd)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+class Ends:
+    """Descriptors this process opened for itself (its ends of the keeper's
+    pipes), each with its identity (device, inode): one the process closed
+    behind our back (``os.closerange``) and reopened for something else, a
+    user's file, is never read, written, changed or closed as ours.
+    ``get(name)`` is the descriptor while it is still ours, else -1."""
+
+    def __init__(self, **fds: int) -> None:
+        self._fds = {name: (fd, _identity(fd)) for name, fd in fds.items()}
+
+    def get(self, name: str) -> int:
+        fd, identity = self._fds.get(name, (-1, None))
+        return fd if fd >= 0 and identity is not None and _identity(fd) == identity else -1
+
+    def close(self) -> None:
+        """Close every end that is still ours; forget the rest."""
+        for name in list(self._fds):
+            fd = self.get(name)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fds.clear()

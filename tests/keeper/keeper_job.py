@@ -19,9 +19,9 @@ whose ``emit`` never returns; ``--callback-hangs`` an ``on_lost`` callback
 that never returns: the ladder steps that must not delay the hard stop.
 
 The contender prints ``ready``, waits for a line on stdin, then tries to
-acquire every 50 ms; on a grant it prints ``granted TOKEN TRIED_AT`` (the
-monotonic time its successful attempt began: the grant came no earlier) and
-releases and exits."""
+acquire every 50 ms; on a grant it prints ``granted TOKEN TRIED_AT GOT_AT`` (the
+monotonic times its successful attempt began and returned: the grant came no
+earlier than the first, and before the second) and releases and exits."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def contend(args: argparse.Namespace) -> None:
         except LeaseBusy:
             time.sleep(0.05)
             continue
-        say("granted", lease.token, tried_at)
+        say("granted", lease.token, tried_at, time.monotonic())
         lock.release(lease)
         return
 

@@ -53,12 +53,17 @@ class Run:
     """One process of ``keeper_job.py``; its stdout goes to a file (a pipe
     could fill and block it), read with ``lines``."""
 
-    def __init__(self, out: Path, *args: str) -> None:
+    def __init__(self, out: Path, *args: str, module: str = "tests.keeper.keeper_job",
+                 own_group: bool = False) -> None:
         self.out = out
+        #: Started in a process group of its own (as task runners start a task):
+        #: its group is then ended at teardown too.
+        self.own_group = own_group
         with open(out, "wb") as f:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.keeper.keeper_job", *args], stdout=f,
-                stdin=subprocess.PIPE, cwd=ROOT, env=os.environ.copy())
+                [sys.executable, "-m", module, *args], stdout=f,
+                stdin=subprocess.PIPE, cwd=ROOT, env=os.environ.copy(),
+                start_new_session=own_group)
         self.pid = self.process.pid
         self.seen: set[Process] = set()  # every process of it the test saw: ended at teardown
 
@@ -105,6 +110,9 @@ class Run:
                 self.process.stdin.close()
         if self.process.poll() is None:
             self.seen |= tree(self.pid)
+        if self.own_group:
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
         for process in self.seen:
             if alive(process):
                 with suppress(ProcessLookupError):

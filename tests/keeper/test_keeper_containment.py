@@ -1,0 +1,181 @@
+"""Issue 39: the whole job is contained even when its keeper cannot help.
+
+The job (``contained_job.py``) runs in a process group of its own, as task
+runners start a task, holds its lease at ttl 5 s and starts a ``subprocess``
+child and a ``multiprocessing`` child; the job and both children append
+time-stamped lines to one file. Each test makes one fault, a contender waits
+for the lease, and the stamps judge: nothing of the job or its children is
+stamped after the contender's grant (after a thaw, nothing later than a
+second after it), and the grant comes. Faults: the job SIGKILLed (the OOM
+killer), the keeper SIGKILLed, the keeper SIGSTOPped, the job's group and
+the keeper stopped past the ttl and resumed (a host suspend), every
+descriptor closed inside the block, ``execv`` inside the block."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cli.cli_helpers import poll
+from tests.keeper.keeper_observe import Process, alive, wait_gone
+from tests.keeper.keeper_runs import Contender, Run, figures, wait_until_kept
+
+TTL = 5.0
+#: After a thaw, the job's tree may write for at most this long.
+AFTER_THAW = 1.0
+FAULTS = ["job-sigkill", "keeper-sigkill", "keeper-sigstop", "suspend", "closerange", "execv"]
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> str:
+    from tests.conftest import store_url_for
+
+    return store_url_for(request, request.param, tmp_path)
+
+
+@pytest.fixture
+def start_contained(tmp_path: Path) -> Iterator[Callable[..., Run]]:
+    runs: list[Run] = []
+
+    def start(url: str, key: str, stamps: Path, fault: str) -> Run:
+        run = Run(tmp_path / f"contained-{len(runs)}.out", url, key, str(stamps), "--ttl",
+                  str(TTL), "--fault", fault, module="tests.keeper.contained_job",
+                  own_group=True)
+        runs.append(run)
+        run.wait_for("held")
+        return run
+
+    yield start
+    for run in runs:
+        run.end()
+
+
+def stamps(path: Path) -> dict[str, float]:
+    """who -> the latest time it stamped."""
+    latest: dict[str, float] = {}
+    if path.exists():
+        for line in path.read_text(errors="replace").splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                with_time = float(parts[1])
+                latest[parts[0]] = max(latest.get(parts[0], 0.0), with_time)
+    return latest
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_nothing_of_the_job_runs_after_the_contenders_grant(
+        url: str, key: str, fault: str, tmp_path: Path, start_contained: Callable[..., Run],
+        start_contender: Callable[..., Contender]) -> None:
+    contender = start_contender(url, key, TTL)
+    path = tmp_path / "stamps"
+    in_job = fault in ("closerange", "execv")
+    job = start_contained(url, key, path, fault if in_job else "none")
+    keeper = wait_until_kept(job.pid, url, key, int(job.wait_for("held")[1]))
+    assert keeper is not None, "the job has no keeper"
+    poll(lambda: {"sub", "mp"} <= set(stamps(path)), 30, "both children's stamps", 0.01)
+    processes: set[Process] = job.tree()
+    job.seen.add(keeper)
+    assert len(processes) >= 3, processes
+    contender.start_now()
+    thawed = None
+    faulted = time.monotonic()
+    if in_job:
+        job.go()
+    elif fault == "job-sigkill":
+        os.kill(job.pid, signal.SIGKILL)
+    elif fault == "keeper-sigkill":
+        os.kill(keeper[0], signal.SIGKILL)
+    elif fault == "keeper-sigstop":
+        os.kill(keeper[0], signal.SIGSTOP)
+    elif fault == "suspend":
+        os.killpg(job.pid, signal.SIGSTOP)
+        os.kill(keeper[0], signal.SIGSTOP)
+        # The suspend itself lasts past the ttl: a duration, not a synchronisation.
+        time.sleep(TTL + 1.0)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGCONT)
+        for process in processes | {keeper}:
+            if alive(process):
+                os.kill(process[0], signal.SIGCONT)
+        thawed = time.monotonic()
+    granted = contender.wait_for("granted", 4 * TTL)
+    got_at = float(granted[2])
+    # Anything of the job still alive now is a failure; give a survivor
+    # time to write past the grant, so the stamps show it.
+    try:
+        wait_gone(processes, 1.0)
+        gone = True
+    except AssertionError:
+        gone = False
+    seen = stamps(path)
+    latest = max(seen.values())
+    figures(test="contained", fault=fault, store=url.split(":")[0],
+            fault_to_grant_s=got_at - faulted, last_stamp_before_grant_s=got_at - latest,
+            stampers=",".join(sorted(seen)))
+    late = {who: at - got_at for who, at in seen.items() if at >= got_at}
+    assert not late, f"stamped after the contender's grant (seconds after it): {late}"
+    if thawed is not None:
+        assert latest <= thawed + AFTER_THAW, f"stamped {latest - thawed:.3f} s after the thaw"
+    assert gone, "a process of the job outlived the contender's grant"
+
+
+REUSE = """
+import json, os, sys
+from lease_integrations import LeaseLock, connect
+url, key, tmp = sys.argv[1:4]
+before = set(os.listdir("/proc/self/fd"))
+lock = LeaseLock(connect(url), key, ttl=2.0, on_lost="check")
+lease = lock.acquire()
+def link(fd):
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+pipes = sorted(int(fd) for fd in set(os.listdir("/proc/self/fd")) - before
+               if link(fd).startswith("pipe:"))
+for fd in pipes:
+    os.close(fd)
+mine = [os.open(f"{tmp}/user-{i}", os.O_RDWR | os.O_CREAT, 0o600) for i in range(len(pipes))]
+inodes = [os.fstat(fd).st_ino for fd in mine]
+lost = lease.lost.wait(20)
+with LeaseLock(lock.store, key + "-next", ttl=2.0).hold():
+    pass
+intact = []
+for fd, ino in zip(mine, inodes):
+    try:
+        st = os.fstat(fd)
+        intact.append(st.st_ino == ino and st.st_size == 0)
+    except OSError:
+        intact.append(False)
+print(json.dumps({"pipes": pipes, "reused": sorted(set(mine) & set(pipes)), "lost": lost,
+                  "reason": lease.lost_reason, "intact": intact}))
+"""
+
+
+def test_a_later_hold_leaves_the_users_reused_descriptors_alone(
+        url: str, key: str, tmp_path: Path) -> None:
+    """The job closes its keeper's pipes behind its back and opens files of
+    its own that reuse their numbers: its lease is reported lost (nothing
+    renews it), and the next ``hold()``, which starts a new keeper, neither
+    closes those files nor writes into them."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.keeper.keeper_runs import ROOT
+
+    done = subprocess.run([sys.executable, "-c", REUSE, url, key, str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    figures(test="reused-fds", store=url.split(":")[0], pipes=len(found["pipes"]),
+            reused=len(found["reused"]), lost=found["lost"])
+    assert found["reused"], f"the test's files did not reuse the pipes' numbers: {found}"
+    assert all(found["intact"]), f"a user's file was closed or written to: {found}"
+    assert found["lost"], f"the lease was not reported lost: {found}"
