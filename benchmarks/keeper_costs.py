@@ -21,7 +21,7 @@ PROBE = textwrap.dedent("""
     import json, sys, time
     from lease_integrations import LeaseLock, connect
     from lease_integrations.core.clock import now
-    from lease_integrations.core.keeper_client import get_keeper, keeps
+    from lease_integrations.keeper.client import get_keeper, keeps
     store = connect(sys.argv[1])
     lock = LeaseLock(store, sys.argv[2], ttl=30, on_lost="check")
     t0 = now()

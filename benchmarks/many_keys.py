@@ -16,8 +16,8 @@ import uuid
 from typing import Any
 
 from lease_integrations import LeaseLock, connect
-from lease_integrations.core.heartbeat import get_heartbeat
-from lease_integrations.core.keeper_client import get_keeper, keeps
+from lease_integrations.keeper.client import get_keeper, keeps
+from lease_integrations.keeper.heartbeat import get_heartbeat
 
 from .harness import SendCounter
 

@@ -14,7 +14,6 @@ from .core import (
     LeaseBusy,
     LeaseError,
     LeaseEvent,
-    LeaseLock,
     LeaseLost,
     LeaseRecord,
     LeaseStore,
@@ -22,9 +21,9 @@ from .core import (
     StoreUnavailable,
 )
 from .core.fencing import SqlFence
+from .core.version import __version__
+from .lock import LeaseLock
 from .stores import check_url, connect
-
-__version__ = "0.1.0"
 
 __all__ = [
     "LEASE_LOST_EXIT_STATUS",

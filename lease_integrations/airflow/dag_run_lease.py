@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lease_integrations import ConfigurationError, LeaseLost
-from lease_integrations.core import stop_hook
+from lease_integrations.keeper import stop_hook
 
 from .connections import DEFAULT_CONN_ID
 from .options import LeaseOptions

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock, LeaseStore, connect
-from lease_integrations.core import mask_url, stop_hook
+from lease_integrations.core import mask_url
+from lease_integrations.keeper import stop_hook
 
 from ._compat import PythonOperator
 from .busy import earlier_try_wait, on_busy, remaining_wait, resumed_deadline

@@ -1,5 +1,8 @@
-"""The lease core: records, the store protocol, the lock, heartbeat and fencing.
-Knows nothing of any particular store or orchestrator.
+"""The lease core: the lease as data and rules (records, the store protocol,
+the trust window and its timing rule, fencing guards, errors, config).
+Knows nothing of any particular store or orchestrator, and starts no thread
+or process: the lease's lifetime is ``lease_integrations.keeper``, the lock
+``lease_integrations.lock``.
 
 The names below are the core's public surface: the orchestrator glue in
 ``airflow/`` and ``prefect/`` imports only these, so one rule about leases
@@ -8,6 +11,7 @@ The names below are the core's public surface: the orchestrator glue in
 
 from .config import mask_url, resolve_url
 from .errors import (
+    LEASE_LOST_EXIT_STATUS,
     ConfigurationError,
     CorruptRecord,
     LeaseBusy,
@@ -16,9 +20,7 @@ from .errors import (
     StaleToken,
     StoreUnavailable,
 )
-from .failstop import LEASE_LOST_EXIT_STATUS, stop_hook
 from .lease import Lease
-from .lock import LeaseLock
 from .record import AcquireResult, LeaseRecord
 from .store import EventList, LeaseEvent, LeaseStore, RecordList
 from .text import printable
@@ -45,7 +47,6 @@ __all__ = [
     "LeaseBusy",
     "LeaseError",
     "LeaseEvent",
-    "LeaseLock",
     "LeaseLost",
     "LeaseRecord",
     "LeaseStore",
@@ -55,7 +56,6 @@ __all__ = [
     "mask_url",
     "printable",
     "resolve_url",
-    "stop_hook",
     "validate_heartbeat",
     "validate_key",
     "validate_on_lost",

@@ -6,13 +6,35 @@ from __future__ import annotations
 import os
 import socket
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .redact import mask_url, redact
 from .text import printable
 
-if TYPE_CHECKING:
-    from .record import LeaseRecord
+
+class BusyRecord(Protocol):
+    """What ``LeaseBusy`` keeps of the holder's record (a ``LeaseRecord``,
+    which imports this module: the record is described here, not imported)."""
+
+    @property
+    def holder(self) -> str | None: ...
+
+    @property
+    def token(self) -> int: ...
+
+    @property
+    def expires_at(self) -> datetime | None: ...
+
+    @property
+    def expires_in(self) -> float | None: ...
+
+    @property
+    def meta(self) -> dict[str, Any]: ...
+
+
+#: The status a process ends with when fail-stop ends it (EX_TEMPFAIL: the run
+#: may be retried; the lease is someone else's now).
+LEASE_LOST_EXIT_STATUS = 75
 
 
 class LeaseError(Exception):
@@ -60,7 +82,7 @@ class LeaseBusy(LeaseError):
     """The lease is held by someone else. Names the holder and when its lease
     expires, so a person reading a log knows whom to look for."""
 
-    def __init__(self, key: str, record: LeaseRecord | None = None) -> None:
+    def __init__(self, key: str, record: BusyRecord | None = None) -> None:
         self.key = key
         self.record = record
         self.holder: str | None = record.holder if record else None

@@ -18,6 +18,9 @@ from .record import LeaseRecord
 log = logging.getLogger("lease_integrations")
 
 LostCallback = Callable[["Lease"], None]
+#: What ends the process when a fail-stop block's lease is lost: the lease,
+#: its callbacks, work begun before (``keeper.failstop.stop_process``).
+Stopper = Callable[["Lease", "list[LostCallback]", object], None]
 
 
 class LostFlag:
@@ -102,6 +105,7 @@ class Lease:
         #: Set while a ``hold()`` block with ``on_lost="exit"`` runs: a loss then
         #: ends the process (``failstop``) instead of only running the callbacks.
         self.fail_stop = False
+        self._stopper: Stopper | None = None
         self.meta: dict[str, Any] = dict(record.meta)
         self.lost = LostFlag()
         self.lost_reason: str | None = None
@@ -196,14 +200,12 @@ class Lease:
                 log.exception("recording the loss of lease %s failed", self.key)
             self.lost.set()
             callbacks, self._callbacks = self._callbacks, []
-            stop = self.fail_stop and self.pid == os.getpid()
-        if not stop:  # the ladder's own first line says it, once
+            stop = self._stopper if self.fail_stop and self.pid == os.getpid() else None
+        if stop is None:  # the ladder's own first line says it, once
             self._log_loss(reason)
         started = before_callbacks() if before_callbacks is not None else None
-        if stop:
-            from .failstop import stop_process
-
-            stop_process(self, callbacks, started)
+        if stop is not None:
+            stop(self, callbacks, started)
         for callback in callbacks:
             _run_callback(callback, self)
         return True
@@ -231,10 +233,13 @@ class Lease:
             self.fail_stop = False
             self._callbacks = []
 
-    def arm_fail_stop(self) -> bool:
+    def arm_fail_stop(self, stopper: Stopper) -> bool:
         """A block with ``on_lost="exit"`` begins: from now a loss ends the
-        process. False if the lease is lost already (the block must not run)."""
+        process, through ``stopper`` (the ladder: it lives with the lease's
+        lifetime, not with its data). False if the lease is lost already
+        (the block must not run)."""
         with self._mutex:
+            self._stopper = stopper
             self.fail_stop = not self.lost.is_set()
             return self.fail_stop
 

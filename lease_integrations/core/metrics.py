@@ -59,7 +59,7 @@ def _build(provider: Any | None) -> _Instruments | None:
         from opentelemetry import metrics as otel
     except ImportError:
         return None
-    from .. import __version__
+    from .version import __version__
 
     source = otel if provider is None else provider
     return _Instruments(source.get_meter(METER_NAME, __version__))

@@ -85,7 +85,7 @@ class LeaseStore(ABC):
     batch_renewals: bool = False
     #: True when a second process opening the same URL reaches the same
     #: leases (every store but ``memory://``): the keeper process can then
-    #: renew them (``keeper_client``).
+    #: renew them (``keeper.client``).
     opens_elsewhere: bool = True
 
     def url_elsewhere(self, url: str) -> str:

@@ -15,7 +15,7 @@ fails. A lost lease (``on_lost="exit"``, the default) reports the run (and
 the flow runs that called it in this process) Crashed with the reason and
 ends the process running it: the body, the task runs it submitted to a
 thread-pool runner, and every process it started
-(``lease_integrations.core.failstop``). Deployed runs get a process of their
+(``lease_integrations.keeper.failstop``). Deployed runs get a process of their
 own from the runner or worker, so nothing else is stopped with it; a flow
 called in-process ends its caller too (``on_lost="check"`` for code that must
 outlive a loss: the run then ends Failed at the end of the body, never
@@ -41,13 +41,13 @@ from prefect.flows import Flow
 from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock, LeaseStore
 from lease_integrations.core import (
     ON_BUSY_POLICIES,
-    stop_hook,
     validate_heartbeat,
     validate_on_lost,
     validate_policy,
     validate_ttl,
     validate_wait,
 )
+from lease_integrations.keeper import stop_hook
 
 from .annotate import annotate_async, annotate_sync
 from .context import bound, run_meta

@@ -24,13 +24,13 @@ from typing import Any
 from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock
 from lease_integrations.core import (
     ON_LOST_POLICIES,
-    stop_hook,
     validate_heartbeat,
     validate_key,
     validate_policy,
     validate_ttl,
     validate_wait,
 )
+from lease_integrations.keeper import stop_hook
 
 from .context import active_flow_run_id, bound, run_meta
 from .crash import crash_reporter

@@ -22,7 +22,7 @@ from ..core.config import (
     resolve_url,
 )
 from ..core.errors import ConfigurationError
-from ..core.keeper_client import remember_source
+from ..core.sources import remember_source
 from ..core.store import LeaseStore
 
 #: scheme -> "module:Class"

@@ -25,7 +25,7 @@ import redis
 from redis.exceptions import RedisClusterException
 
 from ..core.errors import ConfigurationError, StoreUnavailable
-from .redis_connect import short_error
+from .redis_tls import short_error
 
 #: Commands the store sends itself (outside its scripts): script calls, the
 #: connect check, ``list`` (SCAN; and SCRIPT EXISTS, which redis-py sends before

@@ -36,7 +36,8 @@ from ..core.errors import ConfigurationError, StoreUnavailable
 from .redis_pool import FairBlockingConnectionPool
 from .redis_sentinel import BlockingSentinelPool, ExplainingSentinel
 from .redis_tls import OPTIONS as _TLS_OPTIONS
-from .redis_tls import tls_hint, tls_options
+from .redis_tls import short_error as short_error  # re-exported: redis.py reads it here
+from .redis_tls import tls_options
 
 log = logging.getLogger("lease_integrations")
 
@@ -279,13 +280,6 @@ def _refused_cluster(s: RedisSettings, exc: BaseException) -> None:
         f"{mask_url(s.url)!r} did not answer as a Redis Cluster ({short_error(exc)}): the node "
         f"is not in cluster mode, or the user lacks +cluster|slots or +command. "
         f"The store's rule: ACL SETUSER <user> {rule}")
-
-
-def short_error(exc: BaseException) -> str:
-    """A redis-py error without the client reprs some of them carry (Sentinel's
-    "No master found" appends every pool's settings)."""
-    text = str(exc)
-    return f"{type(exc).__name__}: {text.split(' : <')[0][:300]}{tls_hint(text)}"
 
 
 # -- clients the user built -------------------------------------------------------

@@ -56,3 +56,10 @@ def tls_hint(error_text: str) -> str:
     return (" (the server's TLS certificate did not verify: give the CA that signed it as "
             "ssl_ca_certs=/path/to/ca.pem; ssl_cert_reqs=none skips the check, and with it "
             "what TLS protects against)")
+
+
+def short_error(exc: BaseException) -> str:
+    """A redis-py error without the client reprs some of them carry (Sentinel's
+    "No master found" appends every pool's settings), with the TLS hint."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text.split(' : <')[0][:300]}{tls_hint(text)}"

@@ -40,7 +40,7 @@ from scheduler_harness import EXIT_75_LOGGED, AirflowCluster, poll
 from test_airflow_scheduler import server_db_on_airflow_2
 
 from lease_integrations import LEASE_LOST_EXIT_STATUS, LeaseBusy, LeaseLock, LeaseStore, connect
-from lease_integrations.core.descendants import descendants
+from lease_integrations.keeper.descendants import descendants
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "safety"))
 from proxy import FaultProxy  # tests/safety/proxy.py

@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lease_integrations import Lease, LeaseLock, connect
-from lease_integrations.core import stop_hook
+from lease_integrations.keeper import stop_hook
 
 #: A child process that ticks, and starts a grandchild that ticks too.
 TICKER = """
@@ -120,7 +120,7 @@ def main() -> None:
                                          stdout=subprocess.DEVNULL)
                 while not {"child0", "child1"} <= set((args.dir / "ticks").read_text().split()):
                     time.sleep(0.01)  # until the child and the grandchild both tick
-                from lease_integrations.core.descendants import descendants
+                from lease_integrations.keeper.descendants import descendants
                 started(lease, sorted(descendants()))
                 if args.shape == "hook-ends-child":
                     with stop_hook(child.kill):

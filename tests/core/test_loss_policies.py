@@ -27,7 +27,7 @@ from lease_integrations import (
     StoreUnavailable,
     connect,
 )
-from lease_integrations.core.descendants import descendants
+from lease_integrations.keeper.descendants import descendants
 from tests.conftest import store_url_for
 
 

@@ -18,7 +18,7 @@ from tests.cli.cli_helpers import poll
 
 #: (pid, start time in clock ticks since boot): a process, safe from pid reuse.
 Process = tuple[int, int]
-KEEPER_MODULE = "lease_integrations.core.keeper"
+KEEPER_MODULE = "lease_integrations.keeper.process"
 
 
 def stat(pid: int) -> tuple[str, int, int] | None:

@@ -33,7 +33,7 @@ except ImportError:  # Airflow 2.11
 
 from lease_integrations.airflow import LeasedPythonOperator
 from lease_integrations.airflow.dag_run_lease import dag_run_lease
-from lease_integrations.core.descendants import descendants
+from lease_integrations.keeper.descendants import descendants
 
 RECORD = Path(os.environ.get("FAILSTOP_RECORD_DIR", "/tmp/failstop-records"))
 #: A ttl long enough for a loaded scheduler to start the run's tasks inside it,

@@ -40,17 +40,15 @@ from concurrent.futures import Future
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from .clock import now
+from ..core.clock import now
+from ..core.errors import LEASE_LOST_EXIT_STATUS
 from .descendants import descendants, end_frozen, freeze
 
 if TYPE_CHECKING:
-    from .lease import Lease, LostCallback
+    from ..core.lease import Lease, LostCallback
 
 log = logging.getLogger("lease_integrations")
 
-#: The status a process ends with when fail-stop ends it (EX_TEMPFAIL: the run
-#: may be retried; the lease is someone else's now).
-LEASE_LOST_EXIT_STATUS = 75
 #: The ladder ends within this share of the margin after the trust window closed.
 STOP_SHARE = 0.8
 #: With a keeper: the job's own steps end, and the keeper's hard stop begins,
@@ -219,8 +217,8 @@ def _release_others(lost: Lease | None, *, kept: bool = True) -> None:
     taken from what renews it first (the keeper must not see its release as
     a refusal). ``kept=False`` leaves the keeper's leases to the keeper,
     which gives them back itself once the job's processes are gone."""
+    from .client import get_keeper
     from .heartbeat import get_heartbeat
-    from .keeper_client import get_keeper
 
     held = get_heartbeat().held() + (get_keeper().held() if kept else [])
     threads = []

@@ -1,7 +1,7 @@
 """The keeper process: renews one job's leases and stops the job on loss.
 
-Run as ``python -m lease_integrations.core.keeper`` by the job itself
-(``keeper_client``), one per holding process, in a session of its own (a
+Run as ``python -m lease_integrations.keeper.process`` by the job itself
+(``client``), one per holding process, in a session of its own (a
 signal to the job's process group is not meant for it). Everything it needs
 comes on stdin, one JSON object a line: the job's pid, the store URLs with
 their secrets, each lease with its owner secret. It answers on stdout
@@ -47,14 +47,14 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
-from .clock import now
+from ..core.clock import now
+from ..core.errors import StoreUnavailable
+from ..core.lease import Lease
+from ..core.record import LeaseRecord
+from ..core.store import LeaseStore
 from .descendants import descendants, signal_all
-from .errors import StoreUnavailable
 from .heartbeat import Heartbeat
 from .kernel import KillTimer, Process, alive, identify, is_gone, is_stopped, process_state
-from .lease import Lease
-from .record import LeaseRecord
-from .store import LeaseStore
 
 log = logging.getLogger("lease_integrations.keeper")
 
@@ -262,7 +262,7 @@ class Keeper:
             return True
 
     def _add_line(self, line: bytes) -> None:
-        """The job's one-line ``add`` (see ``keeper_client.Keeper.add``)."""
+        """The job's one-line ``add`` (see ``client.Keeper.add``)."""
         (_, lid, sid, token, ttl, margin, grace, interval, started, trusted, armed, key,
          secret, holder) = line.decode().split(" ", 13)
         self._add({"id": int(lid), "store": int(sid), "token": int(token), "ttl": float(ttl),
@@ -297,7 +297,12 @@ class Keeper:
         elif op == "renewed":  # the job renewed it while we were starting
             kept = self.leases.get(message["id"])
             if kept is not None:
-                kept.renewed(message["started"])
+                # Not echoed back: the job bridges until *our* first renewal,
+                # and one of its own told back as ours would end the bridge
+                # while our store is still opening (a slow import, a busy host).
+                Lease.renewed(kept, message["started"])
+                if kept.armed:
+                    self.rearm_soon()
         elif op == "end":
             with self._cond:
                 self._note(message.get("known", ()))
@@ -562,7 +567,7 @@ def main() -> None:
     hello = json.loads(first)
     job = hello["job"]
     # The rest of the job's environment, for the store's driver: set here,
-    # never in our environment block (/proc/PID/environ), see keeper_client.
+    # never in our environment block (/proc/PID/environ), see client.
     os.environ.update(hello.get("env", {}))
     # Descriptor 3 or 4 (passed, never read): the read end of the job's death
     # pipe, held open for as long as we live, so that the job's end closing

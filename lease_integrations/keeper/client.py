@@ -34,19 +34,17 @@ import threading
 import weakref
 from typing import Any, Protocol
 
+from ..core.clock import now
+from ..core.lease import Lease
+from ..core.sources import source_of
+from ..core.store import LeaseStore
 from . import kernel
-from .clock import now
 from .heartbeat import get_heartbeat
-from .lease import Lease
-from .store import LeaseStore
 
 log = logging.getLogger("lease_integrations")
 
 ENV_SWITCH = "LEASE_KEEPER"
 
-#: store -> (URL with its secrets, options): how the keeper opens the same store.
-_sources: weakref.WeakKeyDictionary[LeaseStore, tuple[str, dict[str, Any]]] = \
-    weakref.WeakKeyDictionary()
 #: store -> whether its leases go to the keeper (decided once, logged once).
 _decided: weakref.WeakKeyDictionary[LeaseStore, bool] = weakref.WeakKeyDictionary()
 
@@ -58,17 +56,6 @@ class Renewer(Protocol):
             armed: bool = False) -> None: ...
 
     def remove(self, lease: Lease) -> None: ...
-
-
-def remember_source(store: LeaseStore, url: str, options: dict[str, Any]) -> None:
-    """``connect()`` notes how ``store`` was opened, so the keeper can open it
-    too. Options that do not survive JSON (an SSL context, say) leave the
-    store in process."""
-    try:
-        json.dumps(options)
-    except (TypeError, ValueError):
-        return
-    _sources[store] = (url, dict(options))
 
 
 def keeps(store: LeaseStore) -> bool:
@@ -88,7 +75,7 @@ def keeps(store: LeaseStore) -> bool:
 def _why_in_process(store: LeaseStore) -> str | None:
     if os.environ.get(ENV_SWITCH, "").strip().lower() in ("0", "off", "no", "false"):
         return f"${ENV_SWITCH} is off"
-    if store not in _sources:
+    if source_of(store) is None:
         return "it cannot be opened in a second process (memory://, or built from a client object)"
     if not kernel.available():
         return f"no keeper on {sys.platform}: it needs Linux's pidfd, timer_create and F_SETSIG"
@@ -196,7 +183,9 @@ class Keeper:
         self._ensure_running()
         sid = self._store_ids.get(store)
         if sid is None:
-            url, options = _sources[store]
+            source = source_of(store)
+            assert source is not None  # keeps() said so
+            url, options = source
             sid = self._store_ids[store] = next(self._ids)
             self._send([{"op": "store", "id": sid, "url": url, "options": options,
                          "masked": store.url, "batch": store.batch_renewals}])
@@ -277,7 +266,7 @@ class Keeper:
         theirs = (to_keeper, from_keeper, keeper_pipe_write, job_pipe_read)
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "lease_integrations.core.keeper"],
+                [sys.executable, "-m", "lease_integrations.keeper.process"],
                 stdin=to_keeper, stdout=from_keeper, pass_fds=(keeper_pipe_write, job_pipe_read),
                 start_new_session=True, env=keeper_environment(), close_fds=True)
         except OSError as exc:  # the leases stay renewed in this process
@@ -464,5 +453,4 @@ def _after_fork() -> None:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
-__all__ = ["ENV_SWITCH", "Keeper", "Renewer", "get_keeper", "keeper_pid", "keeps",
-           "remember_source"]
+__all__ = ["ENV_SWITCH", "Keeper", "Renewer", "get_keeper", "keeper_pid", "keeps"]

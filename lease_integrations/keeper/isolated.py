@@ -10,16 +10,22 @@ import multiprocessing
 import multiprocessing.connection
 import os
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from ..core.errors import LeaseLost
+from ..core.lease import Lease
 from .descendants import end_frozen, freeze
-from .errors import LeaseLost
-
-if TYPE_CHECKING:
-    from .lock import LeaseLock
 
 
-def run_in_subprocess(lock: LeaseLock, target: Callable[..., Any], args: tuple[Any, ...],
+class _Lock(Protocol):
+    """What of ``LeaseLock`` the runner uses (the lock imports us, not we it)."""
+
+    def acquire(self, wait: float | None = 0) -> Lease: ...
+
+    def _end(self, lease: Lease, release: bool) -> str | None: ...
+
+
+def run_in_subprocess(lock: _Lock, target: Callable[..., Any], args: tuple[Any, ...],
                       kwargs: Mapping[str, Any], wait: float | None) -> Any:
     """Take the lease, run ``target(*args, **kwargs)`` in a fresh ``spawn``
     child (not a fork: the caller's heartbeat thread and locks must not be

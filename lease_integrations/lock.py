@@ -23,10 +23,10 @@ from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, Literal
 
-from . import metrics
-from .backoff import Backoff
-from .clock import now
-from .errors import (
+from .core import metrics
+from .core.backoff import Backoff
+from .core.clock import now
+from .core.errors import (
     ConfigurationError,
     LeaseBusy,
     LeaseError,
@@ -34,13 +34,10 @@ from .errors import (
     NotReentrant,
     StoreUnavailable,
 )
-from .failstop import release_on_sigterm
-from .heartbeat import get_heartbeat
-from .keeper_client import get_keeper, keeps
-from .lease import Lease
-from .record import AcquireResult
-from .store import LeaseStore
-from .validation import (
+from .core.lease import Lease
+from .core.record import AcquireResult
+from .core.store import LeaseStore
+from .core.validation import (
     ON_LOST_POLICIES,
     validate_heartbeat,
     validate_key,
@@ -50,6 +47,9 @@ from .validation import (
     validate_ttl,
     validate_wait,
 )
+from .keeper.client import get_keeper, keeps
+from .keeper.failstop import release_on_sigterm, stop_process
+from .keeper.heartbeat import get_heartbeat
 
 log = logging.getLogger("lease_integrations")
 
@@ -228,7 +228,7 @@ class LeaseLock:
         are ended and this raises ``LeaseLost``; the caller is never stopped,
         whatever ``on_lost`` says: for services and notebooks that must
         outlive a loss. The child reads its fencing token from ``LEASE_TOKEN``."""
-        from .isolated import run_in_subprocess
+        from .keeper.isolated import run_in_subprocess
 
         return run_in_subprocess(self, target, tuple(args), dict(kwargs or {}), wait)
 
@@ -392,7 +392,7 @@ class LeaseLock:
                                release: bool) -> AsyncIterator[Lease]:
         lease = await take()
         canceller = Canceller(lease) if self.on_lost == "cancel" else None
-        if self._fail_stop and not lease.arm_fail_stop():
+        if self._fail_stop and not lease.arm_fail_stop(stop_process):
             await asyncio.to_thread(self._end, lease, release)
             raise LeaseLost(lease.key, lease.token, lease.lost_reason or "")
         try:
@@ -550,7 +550,7 @@ class Hold:
         except BaseException:
             self.lock._leave_scope()
             raise
-        if self.lock._fail_stop and not lease.arm_fail_stop():
+        if self.lock._fail_stop and not lease.arm_fail_stop(stop_process):
             self.lock._leave_scope()
             self.lock._end(lease, self._release)  # lost before the block began
             raise LeaseLost(lease.key, lease.token, lease.lost_reason or "")

@@ -28,7 +28,7 @@ delays for as long as it runs. These act in the kernel instead:
   is not alive, and must not be renewed.
 
 ``available()`` is False where any of them is missing (macOS, the BSDs): the
-keeper is then not used (see ``keeper_client``).
+keeper is then not used (see ``client``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import os
 import signal
 import sys
 
-from .clock import CLOCK_ID
+from ..core.clock import CLOCK_ID
 
 F_SETSIG = 10  # <fcntl.h>; not in Python's fcntl module
 F_SETPIPE_SZ = 1031

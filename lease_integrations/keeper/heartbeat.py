@@ -18,10 +18,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .clock import now
-from .errors import StoreUnavailable
-from .lease import Lease
-from .store import LeaseStore
+from ..core.clock import now
+from ..core.errors import StoreUnavailable
+from ..core.lease import Lease
+from ..core.store import LeaseStore
 
 log = logging.getLogger("lease_integrations")
 
