@@ -10,6 +10,20 @@ a live keeper. ``isolated`` runs work that must end on loss in a child.
 ``stop_hook`` is how a face (Airflow, Prefect) adds its step to the ladder.
 """
 
+import os
+
+from . import client, failstop, heartbeat
 from .failstop import stop_hook
+
+
+def _after_fork() -> None:
+    """The one fork hook: a forked child holds none of its parent's leases."""
+    heartbeat.after_fork()
+    client.after_fork()
+    failstop.after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 __all__ = ["stop_hook"]

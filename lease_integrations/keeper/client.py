@@ -443,14 +443,12 @@ def keeper_pid() -> int | None:
     return _keeper.pid if _keeper is not None and _keeper.alive() else None
 
 
-def _after_fork() -> None:
+def after_fork() -> None:
+    """In a forked child: no keeper, and none of the parent's ends of its
+    pipes (the child must not hold the job's death pipe open)."""
     global _keeper, _keeper_lock
     if _keeper is not None:
         _keeper._close_fds()  # the child keeps none of its parent's leases
     _keeper, _keeper_lock = None, threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
 
 __all__ = ["ENV_SWITCH", "Keeper", "Renewer", "get_keeper", "keeper_pid", "keeps"]

@@ -16,6 +16,7 @@ import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import Iterable
 
 from . import kernel
 
@@ -67,20 +68,21 @@ def signal_all(pids: set[int], signum: int) -> None:
             os.kill(pid, signum)
 
 
-def freeze(root: int | None = None, *, known: set[int] = frozenset(),  # type: ignore[assignment]
-           spare: set[int] = frozenset()) -> set[int]:  # type: ignore[assignment]
-    """SIGSTOP every process below us (or ``root`` and every process below
-    it), walking until no new one shows up; returns the frozen set. ``known``
-    pids found earlier are frozen too, with their trees, if still alive: a
-    stop hook may have ended their parent meanwhile, handing them to init.
-    ``spare`` (the keeper itself) is never frozen."""
-    frozen = set() if root is None else {root}
-    frozen |= {pid for pid in known if not kernel.is_gone(kernel.process_state(pid))}
-    frozen -= spare
+def freeze(root: int | None = None, *, below: int | None = None,
+           known: Iterable[int] = (), spare: Iterable[int] = ()) -> set[int]:
+    """SIGSTOP ``root`` and every process below it (or every process below
+    ``below``, default this process, not ``below`` itself), walking until no
+    new one shows up; returns the frozen set. ``known`` pids found earlier
+    are frozen too, with their trees, if still alive: a stop hook, or the
+    job's death, may have ended their parent meanwhile, handing them to
+    init. ``spare`` (the keeper itself) is never frozen."""
+    top = root if root is not None else below if below is not None else os.getpid()
+    spared = set(spare)
+    frozen = {pid for pid in known if not kernel.is_gone(kernel.process_state(pid))}
+    frozen = (frozen | ({root} if root is not None else set())) - spared
     signal_all(frozen, signal.SIGSTOP)
-    roots = tuple(frozen) if root is not None else (os.getpid(), *frozen)
     for _ in range(50):  # bounded: a tree that outgrows the walk is still ended by SIGKILL
-        new = descendants(*roots, *frozen) - frozen - spare
+        new = descendants(top, *frozen) - frozen - spared
         if not new:
             break
         signal_all(new, signal.SIGSTOP)
@@ -88,21 +90,24 @@ def freeze(root: int | None = None, *, known: set[int] = frozenset(),  # type: i
     return frozen
 
 
-def end_frozen(pids: set[int], grace: float, *, after_we_exit: bool = False) -> None:
+def end_frozen(pids: set[int], grace: float, *,
+               after_we_exit: bool = False) -> subprocess.Popen[bytes] | None:
     """From a small shell of its own: SIGTERM and SIGCONT to ``pids`` (frozen),
     then SIGKILL once none is left or ``grace`` seconds have passed. With
     ``after_we_exit`` the shell first waits for this process to end (its
-    stdin, a pipe only we hold, closes then), so no thread of ours can wake."""
+    stdin, a pipe only we hold, closes then), so no thread of ours can wake;
+    else it starts at once, and ``.wait()`` on the shell waits for the end."""
     if not pids:
-        return
+        return None
     listed = " ".join(map(str, sorted(pids)))
     ticks = max(1, int(grace * 100))
     script = (f"read -r _; kill -TERM {listed}; kill -CONT {listed}; i=0; "
-              f"while [ $i -lt {ticks} ] && kill -0 {listed}; do sleep 0.01; i=$((i+1)); done; "
-              f"kill -KILL {listed}")
+              f"while [ $i -lt {ticks} ]; do a=; for p in {listed}; do kill -0 $p && a=1; done; "
+              f"[ -z \"$a\" ] && break; sleep 0.01; i=$((i+1)); done; kill -KILL {listed}")
     shell = subprocess.Popen(["/bin/sh", "-c", script], start_new_session=True,
                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     if not after_we_exit:
         assert shell.stdin is not None
         shell.stdin.close()
+    return shell

@@ -11,19 +11,22 @@ thread that found the loss.
 2. the lease's ``on_lost`` callbacks;
 3. the face's stop hooks (``stop_hook``: Airflow's ``task.on_kill()``, Prefect
    reporting the run Crashed);
-4. the process's other leases released;
-5. every descendant process frozen (SIGSTOP), handed to a small shell that,
-   once this process has ended, sends SIGTERM and, after ``grace``, SIGKILL;
+4. every descendant process frozen (SIGSTOP): by the keeper, if one lives
+   (it ends them, SIGTERM then ``grace`` then SIGKILL, once this process is
+   gone), else here, handed to a small shell that does the same once this
+   process has ended;
+5. the process's other leases released, only now that no process it
+   started runs (the keeper releases those it keeps once the job is gone);
 6. ``os._exit(LEASE_LOST_EXIT_STATUS)``, at once: a child that died while we
    still ran would wake the thread waiting for it, and that thread would run on.
 
-Timing: steps 1-4 share what is left of ``STOP_SHARE * margin`` once ``grace``
-is set aside, so the whole ladder, the descendants' grace included, ends
-``STOP_SHARE * margin`` after the trust window closed: before the store can grant the lease to anyone else,
-with the rest of the margin for clock-rate drift and scheduling. Hence the rule
-``grace <= margin / 2`` that ``LeaseLock`` checks (steps 1-4 then get at least
-``0.3 * margin``). A process frozen longer than the margin (SIGSTOP, a VM
-pause) cannot act until it resumes: the fencing token covers that case.
+Timing (``core.timing``, counted from *W*, the window's close or the refusal):
+steps 1-3 end by ``LADDER_ENDS``, steps 4-5 by ``STOP_BEGINS`` (less
+``grace``), everything is gone by ``STOP_SHARE * margin``: before the store can
+grant the lease to anyone else, the rest of the margin kept for clock-rate
+drift. A process frozen longer than the margin (SIGSTOP, a VM pause) cannot
+act until it resumes: the keeper's timer and death pipes stop it then, and the
+fencing token covers its first write.
 """
 
 from __future__ import annotations
@@ -35,11 +38,12 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from ..core import timing
 from ..core.clock import now
 from ..core.errors import LEASE_LOST_EXIT_STATUS
 from .descendants import descendants, end_frozen, freeze
@@ -48,14 +52,6 @@ if TYPE_CHECKING:
     from ..core.lease import Lease, LostCallback
 
 log = logging.getLogger("lease_integrations")
-
-#: The ladder ends within this share of the margin after the trust window closed.
-STOP_SHARE = 0.8
-#: With a keeper: the job's own steps end, and the keeper's hard stop begins,
-#: this share of the margin (less ``grace``) after the window closed; the
-#: keeper's walk of the tree then has a tenth of the margin, the descendants
-#: their ``grace``, so all is gone by ``STOP_SHARE``.
-KEEPER_STOP_BEGINS = 0.7
 
 _hooks: list[Callable[[], object]] = []
 _hooks_lock = threading.Lock()
@@ -89,47 +85,38 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
     # return) must wait for the ladder, which ends the process itself.
     atexit.register(threading.Event().wait)
     keeper = lease.kept_by if getattr(lease.kept_by, "end_tree", None) else None
-    if keeper is not None and keeper.alive():
-        _stop_with_keeper(lease, callbacks, keeper)
-    budget = STOP_SHARE * lease.margin
-    deadline = now() + max(0.0, budget - lease.grace)
-    started_with = descendants()  # a stop hook may orphan some (BashOperator's on_kill)
+    keeper = keeper if keeper is not None and keeper.alive() else None
+    w = timing.lost_at(now(), lease.trusted_until)
+    stop_at = timing.stop_at(w, lease.margin, lease.grace)
+    if keeper is not None and lease.stop_at is not None:
+        stop_at = lease.stop_at  # the keeper's own word on when it stops us
     try:
-        _steps_before_the_kill(lease, callbacks, started, deadline)
-        try:
-            frozen = freeze(known=started_with)  # no descendant works from here on
-        except Exception:  # never skip the kill: fall back to what was seen at the start
-            log.exception("fail-stop: walking the process tree failed")
-            frozen = started_with
-        _flush()
+        started_with = descendants()  # a stop hook may orphan some (BashOperator's on_kill)
+        _steps_before_the_kill(lease, callbacks, started,
+                               timing.ladder_ends(w, lease.margin, lease.grace))
+        if keeper is not None:
+            # Asked later than stop_at, the keeper has begun its hard stop,
+            # and the job ends by SIGKILL, not 75: nothing here delays that.
+            if keeper.end_tree(stop_at, started_with):
+                keeper.disarm_for_exit()  # it ends them: SIGTERM first, not our group's SIGKILL
+            frozen: set[int] = set()
+        else:
+            try:
+                frozen = freeze(known=started_with)  # no descendant works from here on
+            except Exception:  # never skip the kill: fall back to what was seen at the start
+                log.exception("fail-stop: walking the process tree failed")
+                frozen = started_with
+        bounded(lambda: _release_others(lease, kept=keeper is None), stop_at,
+                "releasing the other leases")
+        flush()
         end_frozen(frozen, lease.grace, after_we_exit=True)
     finally:
         os._exit(LEASE_LOST_EXIT_STATUS)
 
 
-def _stop_with_keeper(lease: Lease, callbacks: list[LostCallback], keeper: Any) -> NoReturn:
-    """The ladder of a job whose keeper is alive: the steps only the job
-    can take, until the keeper's ``stop_at``; then the keeper freezes every
-    process the job started, and ends them once the job has exited. If the
-    job is too slow for any of it (a call that keeps the GIL), the keeper
-    stops it all at ``stop_at`` anyway: nothing here can delay that."""
-    deadline = lease.stop_at if lease.stop_at is not None else (
-        min(now(), lease.trusted_until) + KEEPER_STOP_BEGINS * lease.margin - lease.grace)
-    try:
-        started_with = descendants()  # a stop hook may orphan some (BashOperator's on_kill)
-        # The last tenth of the margin is the keeper's answer: asked later,
-        # it has begun the hard stop, and the job ends by SIGKILL, not 75.
-        _steps_before_the_kill(lease, callbacks, None, deadline - lease.margin / 10,
-                               release_kept=False)
-        if keeper.end_tree(deadline, started_with):
-            keeper.disarm_for_exit()  # the keeper ends them: SIGTERM first, not our group's SIGKILL
-    finally:
-        os._exit(LEASE_LOST_EXIT_STATUS)
-
-
 def _steps_before_the_kill(lease: Lease, callbacks: list[LostCallback], started: object,
-                           deadline: float, *, release_kept: bool = True) -> None:
-    """Steps 1-4, each bounded. Nothing here may keep the tree from being
+                           deadline: float) -> None:
+    """Steps 1-3, each bounded. Nothing here may keep the tree from being
     frozen and ended: whatever goes wrong is logged and the ladder goes on."""
     try:
         log.critical(
@@ -137,20 +124,18 @@ def _steps_before_the_kill(lease: Lease, callbacks: list[LostCallback], started:
             "(exit status %d)", lease.key, lease.token, lease.lost_reason, LEASE_LOST_EXIT_STATUS,
             extra={"lease_event": "fail_stop", "lease_key": lease.key,
                    "lease_token": lease.token, "lease_holder": lease.holder})
-        _flush()
+        flush()
         if isinstance(started, Future):  # a quarter at most: the store may be why we lost it
             at = now()
-            _bounded(started.result, at + max(0.0, deadline - at) / 4,
-                     "recording the loss in the store's history")
+            bounded(started.result, at + max(0.0, deadline - at) / 4,
+                    "recording the loss in the store's history")
         for callback in callbacks:
-            _bounded(functools.partial(callback, lease), deadline,
-                     f"on_lost callback {callback!r}")
+            bounded(functools.partial(callback, lease), deadline,
+                    f"on_lost callback {callback!r}")
         with _hooks_lock:
             hooks = list(reversed(_hooks))
         for hook in hooks:
-            _bounded(hook, deadline, f"stop hook {hook!r}")
-        _bounded(lambda: _release_others(lease, kept=release_kept), deadline,
-                 "releasing the other leases")
+            bounded(hook, deadline, f"stop hook {hook!r}")
     except BaseException:
         log.exception("fail-stop: a step before the kill failed; ending the process tree anyway")
 
@@ -179,14 +164,14 @@ def release_on_sigterm() -> None:
 
 def _on_sigterm(signum: int, frame: object) -> None:
     log.warning("SIGTERM: giving back this process's leases, then ending as SIGTERM does")
-    _bounded(lambda: _release_others(None), now() + SIGTERM_RELEASE_TIMEOUT,
-             "releasing the leases on SIGTERM")
-    _flush()
+    bounded(lambda: _release_others(None), now() + SIGTERM_RELEASE_TIMEOUT,
+            "releasing the leases on SIGTERM")
+    flush()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _bounded(step: Callable[[], object], deadline: float, what: str) -> None:
+def bounded(step: Callable[[], object], deadline: float, what: str) -> None:
     """Run ``step`` on its own thread and wait for it until ``deadline``: a
     hung callback or store must not keep the process alive past its lease."""
     remaining = deadline - now()
@@ -211,29 +196,34 @@ def _bounded(step: Callable[[], object], deadline: float, what: str) -> None:
         log.error("fail-stop: %s did not finish in time; going on", what)
 
 
+def release_all(held: Sequence[tuple[Lease, Any]]) -> None:
+    """Give back ``held`` leases (each with its store) in parallel: they are
+    healthy, and their next holders need not wait out their ttls."""
+    threads = [threading.Thread(target=store.release, args=(lease.key, lease.secret, lease.token),
+                                daemon=True) for lease, store in held]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def _release_others(lost: Lease | None, *, kept: bool = True) -> None:
-    """Give back every other lease this process holds, in parallel: they are
-    healthy, and their next holders need not wait out their ttls. Each is
-    taken from what renews it first (the keeper must not see its release as
+    """Every other lease this process holds, released (``release_all``); each
+    taken first from what renews it (the keeper must not see its release as
     a refusal). ``kept=False`` leaves the keeper's leases to the keeper,
     which gives them back itself once the job's processes are gone."""
     from .client import get_keeper
     from .heartbeat import get_heartbeat
 
     held = get_heartbeat().held() + (get_keeper().held() if kept else [])
-    threads = []
-    for lease, store in held:
-        if lease is not lost and lease.pid == os.getpid():
-            lease.kept_by.remove(lease)
-            thread = threading.Thread(target=store.release,
-                                      args=(lease.key, lease.secret, lease.token), daemon=True)
-            thread.start()
-            threads.append(thread)
-    for thread in threads:
-        thread.join()
+    mine = [(lease, store) for lease, store in held
+            if lease is not lost and lease.pid == os.getpid()]
+    for lease, _ in mine:
+        lease.kept_by.remove(lease)
+    release_all(mine)
 
 
-def _flush() -> None:
+def flush() -> None:
     for handler in logging.getLogger().handlers + log.handlers:
         with suppress(Exception):
             handler.flush()
@@ -242,13 +232,9 @@ def _flush() -> None:
             stream.flush()
 
 
-def _after_fork() -> None:
+def after_fork() -> None:
     """A forked child runs none of its parent's faces, and must be able to
     run its own ladder."""
     global _hooks_lock, _stopping
     _hooks.clear()
     _hooks_lock, _stopping = threading.Lock(), threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)

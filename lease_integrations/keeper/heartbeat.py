@@ -11,7 +11,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import os
 import random
 import threading
 from collections.abc import Callable
@@ -356,13 +355,9 @@ def get_heartbeat() -> Heartbeat:
         return _instance
 
 
-def _forget_after_fork() -> None:
-    # A forked child has none of the parent's threads: give it a fresh heartbeat
-    # rather than one whose scheduler thread does not exist.
+def after_fork() -> None:
+    """A forked child has none of the parent's threads: a fresh heartbeat,
+    not one whose scheduler thread does not exist."""
     global _instance, _lock
     _instance = None
     _lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_after_fork)

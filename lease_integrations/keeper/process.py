@@ -47,27 +47,27 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
+from ..core import timing
 from ..core.clock import now
 from ..core.errors import StoreUnavailable
 from ..core.lease import Lease
 from ..core.record import LeaseRecord
 from ..core.store import LeaseStore
-from .descendants import descendants, signal_all
+from .descendants import descendants, end_frozen, freeze
+from .failstop import bounded, flush, release_all
 from .heartbeat import Heartbeat
 from .kernel import KillTimer, Process, alive, identify, is_gone, is_stopped, process_state
 
 log = logging.getLogger("lease_integrations.keeper")
 
-#: The hard stop begins this share of the margin after the window closed...
-STOP_BEGINS = 0.7
-#: ...the keeper's own kernel timer fires this share after it.
-TIMER_SHARE = 0.9
 #: Seconds the keeper lets the job's messages gather before reading them.
 COALESCE = 0.005
 #: Seconds between snapshots of the job's tree while a fail-stop block runs:
 #: a process started and moved out of the job's group less than this before
 #: the job dies can escape (see docs/concepts/loss.md).
 SNAPSHOT_EVERY = 0.25
+#: Seconds a job whose pipe closed has to show its death on its pidfd.
+EXIT_SETTLES = 0.2
 
 
 class JobStopped(StoreUnavailable):
@@ -346,15 +346,13 @@ class Keeper:
                                  f"{event.detail.get('by', '?')}")
                     return
 
-        thread = threading.Thread(target=read, daemon=True)
-        thread.start()
-        thread.join(min(1.0, lease.margin / 4))
+        bounded(read, now() + min(1.0, lease.margin / 4), "reading why the store refused")
         return found[0] if found else reason
 
     def _lost(self, lease: Lease) -> None:
         assert isinstance(lease, KeptLease)
-        base = min(now(), lease.trusted_until)
-        stop_at = base + STOP_BEGINS * lease.margin - lease.grace
+        stop_at = timing.stop_at(timing.lost_at(now(), lease.trusted_until), lease.margin,
+                                 lease.grace)
         self.outbox.send({"op": "lost", "id": lease.lid, "reason": lease.lost_reason,
                           "stop_at": stop_at})
         if not lease.armed:
@@ -400,7 +398,7 @@ class Keeper:
                 self._cond.notify()
 
     def _timer_deadline(self) -> float | None:
-        armed = [lease.trusted_until + TIMER_SHARE * lease.margin
+        armed = [timing.timer_at(lease.trusted_until, lease.margin)
                  for lease in list(self.leases.values()) if lease.armed]
         return min(armed) if armed else None
 
@@ -427,7 +425,7 @@ class Keeper:
         else:
             self._hard_stop(grace)
         self._release_others()
-        _flush()
+        flush()
         os._exit(0)
 
     def _hard_stop(self, grace: float) -> None:
@@ -454,45 +452,27 @@ class Keeper:
         self._end(frozen - {self.job}, grace)
 
     def _freeze(self, *, include_job: bool) -> set[int]:
-        """SIGSTOP the job (if asked) and every process below it, walking
-        until nothing new shows up: a frozen process neither forks nor exits,
-        so no pid escapes to init during the walk."""
-        frozen = {self.job} if include_job else set()
-        frozen |= {p[0] for p in self._known if alive(p)}
-        spare = {self.me}
-        frozen -= spare
-        signal_all(frozen, signal.SIGSTOP)
-        for _ in range(50):
-            new = descendants(self.job, *frozen) - frozen - spare
-            if not new:
-                break
-            signal_all(new, signal.SIGSTOP)
-            frozen |= new
-        return frozen
+        """SIGSTOP the job (if asked), every process below it, and those seen
+        below it before (``_known``: init's, if their parent died)."""
+        known = {p[0] for p in self._known if alive(p)}
+        if include_job:
+            return freeze(self.job, known=known, spare={self.me})
+        return freeze(below=self.job, known=known, spare={self.me})
 
     def _end(self, pids: set[int], grace: float) -> None:
-        if not pids:
-            return
-        signal_all(pids, signal.SIGTERM)
-        signal_all(pids, signal.SIGCONT)
-        until = now() + grace
-        while now() < until:
-            if all(is_gone(process_state(pid)) for pid in pids):
-                return
-            select.select([], [], [], 0.005)
-        signal_all(pids, signal.SIGKILL)
+        shell = end_frozen(pids, grace)
+        if shell is not None:
+            shell.wait()
 
     def _release_others(self) -> None:
         """The job's healthy leases, given back now that nothing of the job
         runs: their next holders need not wait out their ttls."""
-        threads = []
-        for lease in list(self.leases.values()):
-            if not lease.lost.is_set() and not lease.released:
-                thread = threading.Thread(target=_release, args=(lease,), daemon=True)
-                thread.start()
-                threads.append((thread, lease))
-        for thread, lease in threads:
-            thread.join(max(0.0, min(2.0, lease.margin)))
+        held = [(lease, lease.store) for lease in list(self.leases.values())
+                if not lease.lost.is_set() and not lease.released]
+        if not held:
+            return
+        margin = min(lease.margin for lease, _ in held)
+        bounded(lambda: release_all(held), now() + min(2.0, margin), "releasing the leases")
 
     def job_gone(self) -> None:
         """The job died (its pidfd says so). Renewals stop at once. If it
@@ -516,7 +496,7 @@ class Keeper:
                         default=0.0)
             self._end(self._freeze(include_job=False), grace)
             self._release_others()
-        _flush()
+        flush()
         os._exit(0)
 
     def input_gone(self) -> None:
@@ -532,24 +512,11 @@ class Keeper:
         with self._cond:
             stopping = bool(self._stops)
         if not stopping:
-            _flush()
+            flush()
             os._exit(0)
 
 
 _EPOCH = datetime.fromtimestamp(0, timezone.utc)
-
-
-def _release(lease: KeptLease) -> None:
-    with contextlib.suppress(Exception):
-        lease.store.release(lease.key, lease.secret, lease.token)
-
-
-def _flush() -> None:
-    for handler in logging.getLogger().handlers:
-        with contextlib.suppress(Exception):
-            handler.flush()
-    with contextlib.suppress(Exception):
-        sys.stderr.flush()
 
 
 def main() -> None:
@@ -594,8 +561,9 @@ def main() -> None:
             # are due a heartbeat later; a verdict reads at once (``drain``).
             select.select([], [], [], COALESCE)
             if not keeper.read(0):
-                # EOF is not death: ask the pidfd (readable once the job died).
-                if select.select([pidfd], [], [], 0)[0]:
+                # EOF is not death: ask the pidfd. A dying job's descriptors
+                # close a moment before its pidfd turns readable: wait that out.
+                if select.select([pidfd], [], [], EXIT_SETTLES)[0]:
                     keeper.job_gone()
                 watched = [pidfd]
                 keeper.input_gone()
