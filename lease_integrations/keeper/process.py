@@ -68,6 +68,8 @@ COALESCE = 0.005
 SNAPSHOT_EVERY = 0.25
 #: Seconds a job whose pipe closed has to show its death on its pidfd.
 EXIT_SETTLES = 0.2
+#: Seconds the keeper waits for the job's leases to be given back at its end.
+RELEASE_WAIT = 3.0
 
 
 class JobStopped(StoreUnavailable):
@@ -469,10 +471,8 @@ class Keeper:
         runs: their next holders need not wait out their ttls."""
         held = [(lease, lease.store) for lease in list(self.leases.values())
                 if not lease.lost.is_set() and not lease.released]
-        if not held:
-            return
-        margin = min(lease.margin for lease, _ in held)
-        bounded(lambda: release_all(held), now() + min(2.0, margin), "releasing the leases")
+        if held:  # no hurry now: nothing of the job runs; only a next holder waits
+            bounded(lambda: release_all(held), now() + RELEASE_WAIT, "releasing the leases")
 
     def job_gone(self) -> None:
         """The job died (its pidfd says so). Renewals stop at once. If it
