@@ -38,7 +38,7 @@ from ..core.clock import now
 from ..core.lease import Lease
 from ..core.sources import source_of
 from ..core.store import LeaseStore
-from . import kernel
+from . import kernel, wire
 from .heartbeat import get_heartbeat
 
 log = logging.getLogger("lease_integrations")
@@ -136,19 +136,7 @@ class Keeper:
                 self._bridged.add(lid)
                 get_heartbeat().add(lease, store, interval, on_renewed=self._bridged_renewal,
                                     records_loss=self._proc is None)
-            if "\n" in lease.holder:  # never from us; an adopted record's, perhaps
-                self._send([{"op": "add", "id": lid, "store": sid, "key": lease.key,
-                             "holder": lease.holder, "token": lease.token,
-                             "secret": lease.secret, "ttl": lease.ttl, "margin": lease.margin,
-                             "grace": lease.grace, "interval": interval,
-                             "started": lease.attempt_started,
-                             "trusted_until": lease.trusted_until, "armed": armed}])
-            else:  # one line, no JSON: this runs on every acquire
-                self._write(
-                    f"a {lid} {sid} {lease.token} {lease.ttl!r} {lease.margin!r} "
-                    f"{lease.grace!r} {interval!r} {lease.attempt_started!r} "
-                    f"{lease.trusted_until!r} {int(armed)} {lease.key} {lease.secret} "
-                    f"{lease.holder}\n".encode())
+            self._write(wire.add(lid, sid, lease, interval, armed))
             if armed:
                 self._armed += 1
                 if self._armed == 1:
@@ -166,7 +154,7 @@ class Keeper:
             if lease.keeper_id in self._bridged:
                 self._bridged.discard(lease.keeper_id)
                 get_heartbeat().remove(lease)
-            self._write(b"d %d\n" % lease.keeper_id)
+            self._write(wire.drop(lease.keeper_id))
             if entry[1] and entry[2] == self._generation:
                 self._armed -= 1
                 if self._armed == 0:
@@ -294,8 +282,7 @@ class Keeper:
         self._reader.start()
 
     def _send(self, messages: list[dict[str, Any]]) -> None:
-        self._write("".join(json.dumps(m, separators=(",", ":")) + "\n"
-                            for m in messages).encode())
+        self._write(wire.encode(messages))
 
     def _write(self, data: bytes) -> None:
         fd = self._ends.get("out")

@@ -53,6 +53,7 @@ from ..core.errors import StoreUnavailable
 from ..core.lease import Lease
 from ..core.record import LeaseRecord
 from ..core.store import LeaseStore
+from . import wire
 from .descendants import descendants, end_frozen, freeze
 from .failstop import bounded, flush, release_all
 from .heartbeat import Heartbeat
@@ -191,9 +192,8 @@ class Outbox:
                 renewed, self._renewed = self._renewed, {}
             if renewed:
                 messages.append({"op": "renewed", "leases": list(renewed.items())})
-            data = "".join(json.dumps(m, separators=(",", ":")) + "\n" for m in messages)
             try:
-                _write_all(self._fd, data.encode())
+                _write_all(self._fd, wire.encode(messages))
             except OSError:
                 return  # the job is gone; the main loop sees it too
 
@@ -256,22 +256,12 @@ class Keeper:
                 if line[:2] in (b"a ", b"d ") and line.split(b" ", 2)[1] in gone:
                     continue
                 if line[:2] == b"a ":
-                    self._add_line(line)
+                    self._add(wire.parse_add(line))
                 elif line[:2] == b"d ":
                     self.apply({"op": "drop", "id": int(line[2:])})
                 elif line:
                     self.apply(json.loads(line))
             return True
-
-    def _add_line(self, line: bytes) -> None:
-        """The job's one-line ``add`` (see ``client.Keeper.add``)."""
-        (_, lid, sid, token, ttl, margin, grace, interval, started, trusted, armed, key,
-         secret, holder) = line.decode().split(" ", 13)
-        self._add({"id": int(lid), "store": int(sid), "token": int(token), "ttl": float(ttl),
-                   "margin": float(margin), "grace": float(grace),
-                   "interval": float(interval), "started": float(started),
-                   "trusted_until": float(trusted), "armed": armed == "1", "key": key,
-                   "secret": secret, "holder": holder})
 
     def drain(self) -> None:
         with self._inbox:
