@@ -12,7 +12,7 @@ import pytest
 from lease_integrations import LeaseStore, connect
 
 pytest_plugins = ["servers.redis_server", "servers.redis_topologies", "servers.postgres_server",
-                  "servers.mongo_server"]
+                  "servers.mongo_server", "servers.s3_server"]
 
 #: "redis-cluster" is three Redis masters (servers/redis_topologies.py): the
 #: conformance suite runs on it; the race test adds it in tests/race/conftest.py.

@@ -152,3 +152,18 @@ def _fmt_time(value: datetime | None) -> str:
     if value is None:
         return "an unknown time"
     return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+class ConditionIgnored(ConfigurationError):
+    """An object store accepted a conditional write's header and ignored it
+    (found by ``core.fencing.probe``): a second ``If-None-Match: *`` or a stale
+    ``If-Match`` overwrote the object. Neither a lease nor a fenced output can
+    be trusted to it, so it is refused before either is written."""
+
+    def __init__(self, store: str, conditions: tuple[str, ...]) -> None:
+        self.store = store
+        self.conditions = conditions
+        super().__init__(
+            f"object store {store} ignores the condition{'s' if len(conditions) > 1 else ''} "
+            f"{', '.join(conditions)}: it overwrote an object the condition protected, so it "
+            "cannot fence writes or keep leases (leasectl probe --url ... checks a store)")
