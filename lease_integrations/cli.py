@@ -12,6 +12,8 @@ it alive?" without reading code::
     leasectl [--url URL] check KEY [--ttl S] [--drift S] [--writes FILE]
                                               judge the key's history with the public
                                               checker (lease_integrations.core.checker)
+    leasectl [--url URL] probe                check that an object store (s3://) refuses a
+                                              stale If-Match and a second If-None-Match: *
 
 Each command takes ``--json`` for scripts. The store is ``--url``; else, with
 ``--airflow-conn CONN_ID`` (Airflow installed), the store the Airflow tasks
@@ -33,6 +35,7 @@ Exit codes:
        can be read is still printed. ``list`` shows such keys as UNREADABLE
        beside the others and still exits 0.
     7  ``check`` found a violation in the key's history (the report names it)
+    8  ``probe`` found a condition the object store ignores (the message names it)
   141  stdout was closed before the output ended (``leasectl list | head -1``):
        nothing on stderr, as any Unix tool that SIGPIPE ends (128 + 13)
 
@@ -78,6 +81,7 @@ exit codes:
   6  the key's record cannot be parsed (show/history/break; list shows such
      keys as UNREADABLE and exits 0)
   7  check found a violation in the key's history
+  8  probe found a condition the object store ignores
 """
 
 
@@ -178,7 +182,13 @@ def build_parser() -> argparse.ArgumentParser:
     checking.add_argument("--writes", default=None, metavar="FILE",
                           help="your fenced writes, JSON lines: {\"token\": N, \"accepted\": "
                                "true, \"at\": ISO-8601 or seconds (optional)}")
+    add("probe", _no_store, "check that an object store (s3://) refuses a stale If-Match and a "
+        "second If-None-Match: * (exit 8 naming a condition it ignores)")
     return parser
+
+
+def _no_store(store: LeaseStore, args: argparse.Namespace) -> int:  # pragma: no cover
+    raise AssertionError("probe opens no store: main() runs console.probe before connecting")
 
 
 def _seconds(text: str) -> float:
@@ -284,6 +294,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # exits 2 on usage errors
     try:
+        if args.command == "probe":  # judges the store connect() would refuse: opens none
+            from .console.probe import run_probe
+
+            code = run_probe(args)
+            sys.stdout.flush()
+            return code
         store = open_store(args.url, args.airflow_conn, args.prefect_block)
         try:
             code: int = args.run(store, args)
