@@ -297,9 +297,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "probe":  # judges the store connect() would refuse: opens none
             from .console.probe import run_probe
 
-            code = run_probe(args)
+            probed = run_probe(args)
             sys.stdout.flush()
-            return code
+            return probed
         store = open_store(args.url, args.airflow_conn, args.prefect_block)
         try:
             code: int = args.run(store, args)

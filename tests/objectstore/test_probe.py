@@ -100,3 +100,21 @@ def test_leasectl_probe_of_a_store_that_is_not_an_object_store_is_a_usage_error(
     done = leasectl("probe", "--url", f"sqlite://{tmp_path}/x.db", endpoint="http://127.0.0.1:9")
     assert done.returncode == 2, done
     assert "probe checks object stores" in done.stderr
+
+
+def test_connect_refuses_a_bucket_store_that_ignores_conditions_before_any_lease(
+    s3_proxy_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lease_integrations import connect
+
+    proxy, url = s3_proxy_factory(drop_conditions=True)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    with pytest.raises(ConditionIgnored) as refused:
+        connect(url)
+    assert url in str(refused.value) and "If-Match (a stale ETag)" in str(refused.value)
+    assert object_names(url) == []  # no lease record written
+    # Through an honest endpoint the same bucket is a lease store.
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.upstream_url)
+    with connect(url) as store:
+        assert store.acquire("k", "alice", "alice-secret", 30.0, {}).granted

@@ -49,6 +49,7 @@ class Rule:
 class S3Proxy:
     def __init__(self, upstream: str, *, drop_conditions: bool = False) -> None:
         parts = urlsplit(upstream)
+        self.upstream_url = upstream
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.drop_conditions = drop_conditions
         self.rules: list[Rule] = []

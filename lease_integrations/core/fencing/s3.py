@@ -142,14 +142,22 @@ class Bucket:
     def get(self, name: str, if_match: str | None = None) -> Stored | None:
         """The object, or None when there is none (or, with ``if_match``, a
         412 raises ``Refused``: it changed since)."""
+        return self.read(name, if_match)[0]
+
+    def read(self, name: str, if_match: str | None = None) -> tuple[Stored | None, datetime]:
+        """The object (or None) and the store's ``Date`` of the answer: a
+        missing object's answer carries the store's clock too."""
         kwargs: dict[str, Any] = {"Bucket": self.place.bucket, "Key": name}
         if if_match is not None:
             kwargs["IfMatch"] = if_match
-        with _Errors(self, name):
+        guard = _Errors(self, name)
+        with guard:
             answer = self._client.get_object(**kwargs)
             body = answer["Body"].read()
-            return Stored(body, answer["ETag"], answer["LastModified"], _date(answer))
-        return None  # reached only after a 404: there is no such object
+            date = _date(answer)
+            return Stored(body, answer["ETag"], answer["LastModified"], date), date
+        assert guard.date is not None  # reached only after a 404: there is no such object
+        return None, guard.date
 
     def put(self, name: str, body: bytes | IO[bytes], *, if_match: str | None = None,
             if_none_match: bool = False) -> tuple[str, datetime]:
@@ -189,6 +197,7 @@ class _Errors:
     def __init__(self, bucket: Bucket, name: str) -> None:
         self.bucket = bucket
         self.name = name
+        self.date: datetime | None = None  # the store's clock, from a 404's answer
 
     def __enter__(self) -> _Errors:
         return self
@@ -204,6 +213,7 @@ class _Errors:
             status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
             code = str(error.get("Code", ""))
             if status == 404 and code in ("NoSuchKey", "404", "NotFound"):
+                self.date = _date(exc.response)
                 return True
             if status in (409, 412):
                 raise Refused(status, str(error.get("Condition") or code)) from None
