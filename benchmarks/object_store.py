@@ -67,7 +67,8 @@ def start_moto(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError(f"moto did not start: {(directory / 'moto.log').read_text()[-500:]}")
+                tail = (directory / "moto.log").read_text()[-500:]
+                raise RuntimeError(f"moto did not start: {tail}") from None
             time.sleep(0.1)
 
 
@@ -158,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'bucket store acquire':<44}{med['acq']:>10,.0f}  {ratios('acq', 'put')}")
     print(f"{'bucket store release':<44}{med['rel']:>10,.0f}  {ratios('rel', 'put')}")
     print(f"{'bucket store acquire + release':<44}{med['cycle']:>10,.0f}  {ratios('cycle', 'put')}")
-    print(f"{f'plain upload of {FILES} files x {FILE_BYTES // 1024} KiB':<44}{med['plain']:>10,.0f}  baseline")
+    plain = f"plain upload of {FILES} files x {FILE_BYTES // 1024} KiB"
+    print(f"{plain:<44}{med['plain']:>10,.0f}  baseline")
     print(f"{'fenced commit of the same files':<44}{med['fenced']:>10,.0f}  {ratios('fenced', 'plain')}")
     return 0
 
