@@ -80,6 +80,7 @@ def test_bad_files_are_refused_before_any_write(s3_url: str, files: Any) -> None
     ("s3://b/prefix", "not an S3 bucket name"),
     ("s3://bucket/a/../b", "prefix"),
     ("http://bucket/prefix", "s3://"),
+    ("gs://bucket/prefix", "gs:// is not supported"),
     ("bucket/prefix", "s3://bucket/prefix"),
 ])
 def test_a_bad_url_is_refused_naming_the_problem_never_the_secret(url: str, says: str) -> None:

@@ -69,9 +69,8 @@ def parse_place(url: str, what: str = "URL") -> Place:
         raise ConfigurationError(f"{what} {_shown(url)!r}: the scheme must be s3:// (got {scheme}://)")
     if scheme == "gs":
         raise ConfigurationError(
-            f"{what} {_shown(url)!r}: gs:// is not supported yet (docs: Fencing object storage); "
-            "use s3://, or GCS through its S3-compatible XML API with HMAC keys and "
-            "AWS_ENDPOINT_URL")
+            f"{what} {_shown(url)!r}: gs:// is not supported: no GCS emulator that honours "
+            "preconditions could be tested here (docs: Fencing object storage); use s3://")
     if "@" in parts.netloc:
         raise ConfigurationError(
             f"{what} {_shown(url)!r} carries credentials: give them the way boto3 takes them "
