@@ -25,6 +25,7 @@ from typing import IO, Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigurationError, StoreUnavailable
+from ..redact import mask_url
 
 #: How long one call may take before it counts as "could not tell".
 CONNECT_TIMEOUT = 5.0
@@ -131,7 +132,8 @@ class Bucket:
                         retries={"mode": "standard", "max_attempts": 3},
                         s3={"addressing_style": "path"} if _custom_endpoint() else None)
         self._client: Any = boto3.session.Session().client("s3", config=config)
-        self.endpoint: str = str(self._client.meta.endpoint_url)
+        # Masked: an endpoint URL may carry user-info, and messages print it.
+        self.endpoint: str = mask_url(str(self._client.meta.endpoint_url))
 
     @property
     def identity(self) -> tuple[str, str]:
