@@ -1,5 +1,6 @@
 """``probe``: does this object store honour the conditional writes that its
-leases and fenced outputs rely on?
+leases and fenced outputs rely on? (gs:// too: GCS is only probed, see
+``core.fencing.gcs``.)
 
 It runs the same probe ``connect()`` and ``ObjectFence`` run before their
 first write (``core.fencing.probe``): a scratch object under the URL's
@@ -15,23 +16,25 @@ import argparse
 
 from ..core.config import mask_url, resolve_url
 from ..core.errors import ConfigurationError
-from ..core.fencing.probe import IF_MATCH, IF_NONE_MATCH, probe
+from ..core.fencing.gcs import GcsBucket
+from ..core.fencing.probe import AnyBucket, conditions_of, probe
 from ..core.fencing.s3 import Bucket, parse_place
 from . import exits
 from .render import emit, emit_json
 
-OBJECT_SCHEMES = ("s3",)
+OBJECT_SCHEMES = ("s3", "gs")
 
 
 def run_probe(args: argparse.Namespace) -> int:
     url = resolve_url(args.url)
     if url.partition("://")[0].lower() not in OBJECT_SCHEMES:
         raise ConfigurationError(
-            f"probe checks object stores (s3://bucket/prefix), not {mask_url(url)!r}: the other "
+            f"probe checks object stores (s3:// or gs://bucket/prefix), not {mask_url(url)!r}: the other "
             "stores decide their conditional writes in their own server")
-    bucket = Bucket(parse_place(url, "store URL"))
+    place = parse_place(url, "store URL", schemes=OBJECT_SCHEMES)
+    bucket: AnyBucket = GcsBucket(place) if place.scheme == "gs" else Bucket(place)
     verdict = probe(bucket)
-    checked = (IF_NONE_MATCH, IF_MATCH)
+    checked = conditions_of(bucket)[:2]
     if getattr(args, "json", False):
         emit_json({"store": verdict.store, "honoured": verdict.honoured,
                    "conditions": {c: c not in verdict.ignored for c in (*checked, *verdict.ignored)}})

@@ -19,12 +19,26 @@ from contextlib import suppress
 from dataclasses import dataclass
 
 from ..errors import ConditionIgnored
+from .gcs import LARGE_UPLOAD, GcsBucket
 from .s3 import Bucket, Refused
 
-#: The conditions the probe checks, as the messages name them.
+AnyBucket = Bucket | GcsBucket
+
+#: The conditions the probe checks, as the messages name them (S3, then GCS).
 IF_NONE_MATCH = "If-None-Match: * (a second create of one name)"
 IF_MATCH = "If-Match (a stale ETag)"
 IF_MATCH_CURRENT = "If-Match (the current ETag was refused)"
+GENERATION_ZERO = "ifGenerationMatch=0 (a second create of one name)"
+GENERATION_STALE = "ifGenerationMatch (a stale generation)"
+GENERATION_CURRENT = "ifGenerationMatch (the current generation was refused)"
+GENERATION_RESUMABLE = "ifGenerationMatch on an upload over 8 MiB (resumable; a stale generation)"
+
+
+def conditions_of(bucket: AnyBucket) -> tuple[str, str, str]:
+    """The names of the create, stale and current conditions on this store."""
+    if bucket.place.scheme == "gs":
+        return GENERATION_ZERO, GENERATION_STALE, GENERATION_CURRENT
+    return IF_NONE_MATCH, IF_MATCH, IF_MATCH_CURRENT
 
 _lock = threading.Lock()
 _verdicts: dict[tuple[str, str], Verdict] = {}
@@ -43,9 +57,11 @@ class Verdict:
         return not self.ignored
 
 
-def probe(bucket: Bucket) -> Verdict:
+def probe(bucket: AnyBucket) -> Verdict:
     """Write a scratch object and try each condition on it; delete it after.
-    Raises ``StoreUnavailable`` when the store cannot be asked."""
+    Raises ``StoreUnavailable`` when the store cannot be asked. (Also takes
+    ``gcs.GcsBucket``: the same calls, generations for ETags.)"""
+    create, stale_cond, current_cond = conditions_of(bucket)
     name = f"{bucket.place.prefix}_probe/{uuid.uuid4().hex}"
     ignored: list[str] = []
     nonce = uuid.uuid4().hex.encode()
@@ -53,31 +69,37 @@ def probe(bucket: Bucket) -> Verdict:
         first, _ = bucket.put(name, b"probe-1 " + nonce, if_none_match=True)
         try:
             bucket.put(name, b"probe-2 " + nonce, if_none_match=True)
-            ignored.append(IF_NONE_MATCH)
+            ignored.append(create)
         except Refused:
             pass
         current = bucket.get(name)
         if current is None:  # a store that loses a fresh object cannot keep a lease either
-            return Verdict(describe(bucket), (IF_NONE_MATCH,))
+            return Verdict(describe(bucket), (create,))
         try:
             latest, _ = bucket.put(name, b"probe-3 " + nonce, if_match=current.etag)
         except Refused:
-            return Verdict(describe(bucket), (*ignored, IF_MATCH_CURRENT))
+            return Verdict(describe(bucket), (*ignored, current_cond))
         stale = first if first != latest else current.etag
         try:
             bucket.put(name, b"probe-4 " + nonce, if_match=stale)
-            ignored.append(IF_MATCH)
+            ignored.append(stale_cond)
         except Refused:
             after = bucket.get(name)
             if after is None or after.body != b"probe-3 " + nonce:
-                ignored.append(IF_MATCH)  # said no, wrote anyway
+                ignored.append(stale_cond)  # said no, wrote anyway
+        if isinstance(bucket, GcsBucket):  # large objects go up in resumable sessions
+            try:
+                bucket.put(name, b"probe-5 " + nonce + bytes(LARGE_UPLOAD), if_match=stale)
+                ignored.append(GENERATION_RESUMABLE)
+            except Refused:
+                pass
     finally:
         with suppress(Exception):  # best effort: a scratch object left costs bytes only
             bucket.delete(name)
     return Verdict(describe(bucket), tuple(ignored))
 
 
-def verdict(bucket: Bucket) -> Verdict:
+def verdict(bucket: AnyBucket) -> Verdict:
     """The probe's verdict on this bucket, probed at most once per process."""
     with _lock:
         found = _verdicts.get(bucket.identity)
@@ -86,7 +108,7 @@ def verdict(bucket: Bucket) -> Verdict:
         return found
 
 
-def require_conditions(bucket: Bucket) -> None:
+def require_conditions(bucket: AnyBucket) -> None:
     """Raise ``ConditionIgnored`` (naming the store and each condition) when
     the bucket's store ignores a condition; probe it first if not yet."""
     found = verdict(bucket)
@@ -94,6 +116,6 @@ def require_conditions(bucket: Bucket) -> None:
         raise ConditionIgnored(found.store, found.ignored)
 
 
-def describe(bucket: Bucket) -> str:
+def describe(bucket: AnyBucket) -> str:
     """The store as a message names it: the bucket URL and the endpoint."""
     return f"{bucket.place.url} (endpoint {bucket.endpoint})"

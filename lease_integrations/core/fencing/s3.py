@@ -58,20 +58,21 @@ class Place:
         return f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
 
 
-def parse_place(url: str, what: str = "URL") -> Place:
-    """Check an object-store URL before any work: a scheme we serve, a bucket
-    name, no credentials, no query (endpoint and credentials come from the
-    client's own configuration)."""
+def parse_place(url: str, what: str = "URL", schemes: tuple[str, ...] = ("s3",)) -> Place:
+    """Check an object-store URL before any work: a scheme we serve (gs:// is
+    only probed), a bucket name, no credentials, no query (endpoint and
+    credentials come from the client's own configuration)."""
     if not isinstance(url, str) or "://" not in url:
         raise ConfigurationError(f"{what} must look like s3://bucket/prefix, got {url!r}")
     parts = urlsplit(url.strip())
     scheme = parts.scheme.lower()
     if scheme not in ("s3", "gs"):
         raise ConfigurationError(f"{what} {_shown(url)!r}: the scheme must be s3:// (got {scheme}://)")
-    if scheme == "gs":
+    if scheme == "gs" and "gs" not in schemes:
         raise ConfigurationError(
-            f"{what} {_shown(url)!r}: gs:// is not supported: no GCS emulator that honours "
-            "preconditions could be tested here (docs: Fencing object storage); use s3://")
+            f"{what} {_shown(url)!r}: gs:// is not supported: the only GCS emulator at hand "
+            "ignores preconditions on large uploads, so none could be tested (docs: Fencing "
+            "object storage; leasectl probe --url gs://... checks a GCS store); use s3://")
     if "@" in parts.netloc:
         raise ConfigurationError(
             f"{what} {_shown(url)!r} carries credentials: give them the way boto3 takes them "
@@ -82,7 +83,7 @@ def parse_place(url: str, what: str = "URL") -> Place:
             "options; the "
             "endpoint comes from AWS_ENDPOINT_URL, credentials from boto3's credential chain")
     bucket = parts.netloc
-    if not (3 <= len(bucket) <= 63) or not set(bucket) <= _BUCKET_CHARS \
+    if not (3 <= len(bucket) <= (222 if scheme == "gs" else 63)) or not set(bucket) <= _BUCKET_CHARS \
             or not bucket[0].isalnum() or not bucket[-1].isalnum():
         raise ConfigurationError(
             f"{what} {_shown(url)!r}: {bucket!r} is not an S3 bucket name (3 to 63 characters: "
