@@ -26,7 +26,10 @@ the taker:
 
 Both err late, never early, so a holder whose trust window closes on its own
 clock (start of its renew attempt + ttl - margin) is gone before either
-says expired. What a takeover costs: a record that a crashed holder left
+says expired. (The store's rule assumes the store's own hosts, which stamp
+``Last-Modified`` and ``Date``, agree on the time to well within the
+holder's margin, ttl/5 by default; the contender's rule assumes nothing of
+any wall clock.) What a takeover costs: a record that a crashed holder left
 behind is taken over between ttl and ttl + 2 s of the store's time after its
 last write, or, if the store's clock is behind, one ttl after a contender
 first saw it. A process that never saw the version (the keeper, leasectl)
@@ -47,7 +50,8 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from contextlib import suppress
+from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -102,6 +106,18 @@ class _Body:
                    detail: Mapping[str, Any] | None = None) -> list[list[Any]]:
         return [*self.events, [kind, token, holder, at.isoformat(), dict(detail or {})]]
 
+    def stamp(self, date: datetime) -> datetime:
+        """The time of a change read at the store's ``date``: the store's second
+        refined by this process's clock (clamped into that second), and never
+        before the key's last event, so events keep their order. The store's
+        clock has whole seconds only, and the history checker compares grants
+        to the ttl, which may be shorter."""
+        at = min(max(datetime.now(timezone.utc), date), date + SLACK - timedelta(microseconds=1))
+        if self.events:
+            with suppress(ValueError, TypeError, IndexError):
+                at = max(at, datetime.fromisoformat(self.events[-1][3]))
+        return at
+
 
 def _parse(key: str, stored: Stored) -> _Body:
     data = parse_field(key, "record", json.loads, stored.body)
@@ -144,6 +160,9 @@ class S3Store(LeaseStore):
         require_conditions(store._bucket)
         return store
 
+    def close(self) -> None:
+        self._bucket.close()
+
     # -- names, clocks, records ------------------------------------------------------
     def _name(self, key: str) -> str:
         return f"{self.place.prefix}{RECORDS}{quote(key, safe='')}"
@@ -173,7 +192,9 @@ class S3Store(LeaseStore):
         if body.holder is not None:
             expires = stored.date + timedelta(seconds=self._remaining(key, stored, body))
         acquired = parse_field(key, "acquired_at", _time, body.acquired_at)
-        return LeaseRecord(key, body.holder, body.token, acquired, stored.modified, expires,
+        # The version's write, in whole seconds; never before the grant's own stamp.
+        renewed = max(stored.modified, acquired) if acquired is not None else stored.modified
+        return LeaseRecord(key, body.holder, body.token, acquired, renewed, expires,
                            stored.date, dict(body.meta))
 
     def _read(self, key: str) -> tuple[Stored | None, _Body | None, datetime]:
@@ -210,11 +231,12 @@ class S3Store(LeaseStore):
                 detail[TOOK_OVER] = {"token": body.token, "holder": body.holder}
             token = max((body.token if body else 0) + 1, time.time_ns() // 1000)
             previous = body or _Body(key, None, None, 0, 0.0, None, {})
-            new = _Body(key, holder, _hash(secret), token, float(ttl), date.isoformat(),
-                        dict(meta), previous.with_event("acquired", token, holder, date, detail))
+            at = previous.stamp(date)
+            new = _Body(key, holder, _hash(secret), token, float(ttl), at.isoformat(),
+                        dict(meta), previous.with_event("acquired", token, holder, at, detail))
             if self._write(key, new, stored):
                 return AcquireResult(True, LeaseRecord(
-                    key, holder, token, date, date, date + timedelta(seconds=ttl), date,
+                    key, holder, token, at, at, at + timedelta(seconds=ttl), at,
                     json.loads(json.dumps(dict(meta), default=str))))
         raise StoreUnavailable(f"acquire of {key!r} kept meeting other writers ({ATTEMPTS} "
                                "tries)", url=self.url)
@@ -236,7 +258,7 @@ class S3Store(LeaseStore):
             if stored is None or body is None or body.holder is None \
                     or body.secret != _hash(secret) or body.token != token:
                 return False
-            events = body.with_event("released", body.token, body.holder, date)
+            events = body.with_event("released", body.token, body.holder, body.stamp(date))
             if self._write(key, replace(body, holder=None, secret=None, events=events), stored):
                 return True
         raise StoreUnavailable(f"release of {key!r} kept meeting other writers", url=self.url)
@@ -258,7 +280,7 @@ class S3Store(LeaseStore):
             if token is not None and (body.token != token or body.holder is None):
                 return None
             before = self._record(key, stored, body)
-            events = body.with_event("broken", body.token, body.holder, date, {"by": by})
+            events = body.with_event("broken", body.token, body.holder, body.stamp(date), {"by": by})
             if self._write(key, replace(body, holder=None, secret=None, events=events), stored):
                 return before
         raise StoreUnavailable(f"break of {key!r} kept meeting other writers", url=self.url)
@@ -279,7 +301,7 @@ class S3Store(LeaseStore):
             # A write that renews nothing keeps the version's expiry where it was:
             # the new version's ttl is what was left of the old one's.
             ttl = max(0.0, self._remaining(key, stored, body)) if body.holder else body.ttl
-            events = body.with_event(kind, token, holder, date, detail)
+            events = body.with_event(kind, token, holder, body.stamp(date), detail)
             if self._write(key, replace(body, ttl=ttl, events=events), stored):
                 return
 

@@ -141,6 +141,12 @@ class Bucket:
         """What makes two Bucket objects the same bucket (the probe's cache key)."""
         return (self.endpoint, self.place.bucket)
 
+    def close(self) -> None:
+        """Close the client's connections (botocore keeps a pool)."""
+        close = getattr(self._client, "close", None)
+        if close is not None:
+            close()
+
     def get(self, name: str, if_match: str | None = None) -> Stored | None:
         """The object, or None when there is none (or, with ``if_match``, a
         412 raises ``Refused``: it changed since)."""
