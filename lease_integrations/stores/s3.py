@@ -49,8 +49,8 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from contextlib import suppress
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote, unquote
