@@ -159,16 +159,6 @@ def write_meta_as_a_client_would(store: LeaseStore, cli_url: str, key: str, meta
         with sqlite3.connect(path_from_url(cli_url)) as db:
             db.execute("UPDATE leases SET meta = ? WHERE key = ?", (meta_json, key))
         return
-    if cli_url.startswith("s3:"):  # the record object's JSON, rewritten with boto3
-        import boto3
-
-        s3, bucket = boto3.session.Session().client("s3"), cli_url[len("s3://"):].split("/")[0]
-        name = store._name(key)  # type: ignore[attr-defined]
-        record = json.loads(s3.get_object(Bucket=bucket, Key=name)["Body"].read())
-        record["meta"] = "__META__"
-        body = json.dumps(record).replace('"__META__"', meta_json)
-        s3.put_object(Bucket=bucket, Key=name, Body=body.encode())
-        return
     import redis
 
     client = redis.Redis.from_url(cli_url)
