@@ -202,9 +202,11 @@ class S3Store(LeaseStore):
         return stored, (_parse(key, stored) if stored is not None else None), date
 
     def _write(self, key: str, body: _Body, stored: Stored | None) -> bool:
-        """One conditional write over ``stored`` (or none). False: refused, or
-        not answered and not found landed (the caller reads and decides
-        again). True: written."""
+        """One conditional write over ``stored`` (or none). True: written.
+        False: refused (another writer got in first: the caller reads and
+        decides again). Unanswered: read back, and if the write is not there,
+        ``StoreUnavailable`` (it may still land; its condition keeps it from
+        landing over anyone else's change)."""
         payload = body.encode()
         try:
             etag, _ = self._bucket.put(self._name(key), payload, if_none_match=stored is None,
