@@ -12,6 +12,8 @@ it alive?" without reading code::
     leasectl [--url URL] check KEY [--ttl S] [--drift S] [--writes FILE]
                                               judge the key's history with the public
                                               checker (lease_integrations.core.checker)
+    leasectl [--url URL] run --key KEY [...] -- CMD [ARGS...]
+                                              run CMD under the lease (console/running.py)
 
 Each command takes ``--json`` for scripts. The store is ``--url``; else, with
 ``--airflow-conn CONN_ID`` (Airflow installed), the store the Airflow tasks
@@ -114,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .console.checking import run_check
     from .console.history import run_history
     from .console.leases import run_list, run_show
+    from .console.running import add_run_arguments, run_command
 
     # Accepted before or after the command; SUPPRESS keeps the command's parser
     # from overwriting a value given before it.
@@ -178,6 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     checking.add_argument("--writes", default=None, metavar="FILE",
                           help="your fenced writes, JSON lines: {\"token\": N, \"accepted\": "
                                "true, \"at\": ISO-8601 or seconds (optional)}")
+    add_run_arguments(add("run", run_command, "run a command under the lease: its own process "
+                          "group, LEASE_KEY and LEASE_TOKEN in its environment, exit 75 on loss"))
     return parser
 
 
@@ -257,7 +262,7 @@ def prefect_block_url(name: str) -> str:
 
 
 def open_store(url: str | None, airflow_conn: str | None = None,
-               prefect_block: str | None = None) -> LeaseStore:
+               prefect_block: str | None = None, *, create: bool = False) -> LeaseStore:
     from .stores import connect, naming_the_variable
 
     given = [flag for flag, value in (("--url", url), ("--airflow-conn", airflow_conn),
@@ -270,7 +275,7 @@ def open_store(url: str | None, airflow_conn: str | None = None,
         url = prefect_block_url(prefect_block)
     with naming_the_variable(url):
         resolved = resolve_url(url)
-        missing = _missing_sqlite_file(resolved)
+        missing = None if create else _missing_sqlite_file(resolved)
         if missing is not None:
             raise StoreUnavailable(
                 f"no SQLite lease store at {str(missing)!r}: check the URL (nothing has taken a "
@@ -284,7 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # exits 2 on usage errors
     try:
-        store = open_store(args.url, args.airflow_conn, args.prefect_block)
+        store = open_store(args.url, args.airflow_conn, args.prefect_block,
+                           create=getattr(args, "creates_store", False))
         try:
             code: int = args.run(store, args)
             sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
