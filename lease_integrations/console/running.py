@@ -37,11 +37,12 @@ from typing import Any
 
 from ..core.clock import now
 from ..core.descendants import descendants
-from ..core.errors import ConfigurationError, LeaseBusy, LeaseLost
+from ..core.errors import ConfigurationError, LeaseBusy, LeaseLost, SupersedeRefused
 from ..core.failstop import LEASE_LOST_EXIT_STATUS, stop_hook
 from ..core.lease import Lease
 from ..core.lock import LeaseLock
 from ..core.store import LeaseStore
+from ..core.supersede_guards import SupersedeGuard, only_newer, only_same
 from ..core.validation import validate_key, validate_meta, validate_ttl
 from . import exits
 from .process_group import end_group, signal_group
@@ -65,7 +66,8 @@ STATUSES: tuple[tuple[str, str], ...] = (
     (str(LEASE_LOST_EXIT_STATUS), "the lease was lost while the command ran: the command and "
                                   "its process group were ended"),
     (str(SKIPPED), "busy, --on-busy skip: nothing ran (a line names the holder)"),
-    (str(BUSY), "busy, --on-busy fail: nothing ran (a line names the holder)"),
+    (str(BUSY), "busy, --on-busy fail: nothing ran (a line names the holder); also --on-busy "
+                "supersede refused by --only-newer / --only-same"),
     (str(WAIT_TIMED_OUT), "busy, --on-busy wait: --wait-timeout passed, nothing ran"),
     (str(exits.USAGE), "bad arguments (no command, bad --meta, bad numbers): nothing ran, no "
                        "lease taken"),
@@ -75,7 +77,7 @@ STATUSES: tuple[tuple[str, str], ...] = (
     (str(COMMAND_NOT_FOUND), "the command was not found: nothing ran, no lease taken"),
 )
 
-ON_BUSY = ("skip", "fail", "wait")
+ON_BUSY = ("skip", "fail", "wait", "supersede")
 
 EPILOG = "exit statuses:\n" + "\n".join(f"  {code:>5}  {text}" for code, text in STATUSES) + """
 
@@ -96,14 +98,22 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ttl", type=_ttl, default=30.0, metavar="S",
                         help="seconds the store keeps the lease without a renewal (default 30)")
     parser.add_argument("--on-busy", choices=ON_BUSY, default="skip",
-                        help=f"when the key is held: skip (exit {SKIPPED}), fail (exit {BUSY}) "
-                             "or wait (default skip)")
+                        help=f"when the key is held: skip (exit {SKIPPED}), fail (exit {BUSY}), "
+                             "wait, or supersede: replace the holder, which is stopped first "
+                             "(default skip)")
     parser.add_argument("--wait-timeout", type=_seconds, default=None, metavar="S",
                         help="with --on-busy wait: give up after S seconds (exit "
                              f"{WAIT_TIMED_OUT}); default: wait as long as it takes")
     parser.add_argument("--meta", action="append", type=_meta_item, default=[],
                         metavar="K=V", help="a field for the lease's record (repeatable), "
                                             "shown by leasectl list/show")
+    parser.add_argument("--only-newer", default=None, metavar="FIELD",
+                        help="with --on-busy supersede: replace the holder only if this run's "
+                             "--meta FIELD (a date, partition or number) is later than the "
+                             "holder's (a backfill never displaces today's run)")
+    parser.add_argument("--only-same", action="append", default=[], metavar="FIELD",
+                        help="with --on-busy supersede: replace the holder only if its --meta "
+                             "FIELD is the same as this run's (repeatable)")
     parser.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
                         help="the command to run under the lease")
 
@@ -123,6 +133,7 @@ class _Plan:
     on_busy: str
     meta: dict[str, Any]
     json: bool
+    guard: SupersedeGuard | None = None
 
 
 def _plan(args: argparse.Namespace) -> _Plan:
@@ -135,6 +146,15 @@ def _plan(args: argparse.Namespace) -> _Plan:
     if args.wait_timeout is not None and args.on_busy != "wait":
         raise ConfigurationError(f"--wait-timeout only applies with --on-busy wait (on-busy is "
                                  f"{args.on_busy!r})")
+    guards = ([only_newer(args.only_newer)] if args.only_newer else []) + (
+        [only_same(*args.only_same)] if args.only_same else [])
+    if guards and args.on_busy != "supersede":
+        raise ConfigurationError(f"--only-newer and --only-same only apply with --on-busy "
+                                 f"supersede (on-busy is {args.on_busy!r})")
+    given = {name for name, _ in args.meta}
+    for name in ([args.only_newer] if args.only_newer else []) + args.only_same:
+        if name not in given:
+            raise ConfigurationError(f"the guard compares --meta {name}=...: give it")
     _check_executable(argv[0])
     meta: dict[str, Any] = {"command": os.path.basename(argv[0])}
     for name, value in args.meta:
@@ -145,7 +165,16 @@ def _plan(args: argparse.Namespace) -> _Plan:
     wait: float | None = 0
     if args.on_busy == "wait":
         wait = args.wait_timeout  # None: as long as it takes
-    return _Plan(argv, wait, args.on_busy, meta, bool(getattr(args, "json", False)))
+    guard = None if not guards else guards[0] if len(guards) == 1 else _all_of(guards)
+    return _Plan(argv, wait, args.on_busy, meta, bool(getattr(args, "json", False)), guard)
+
+
+def _all_of(guards: list[SupersedeGuard]) -> SupersedeGuard:
+    def guard(holder: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+        return all(each(holder, new) for each in guards)
+
+    guard.__name__ = " and ".join(getattr(each, "__name__", "?") for each in guards)
+    return guard
 
 
 def _check_executable(program: str) -> None:
@@ -243,10 +272,17 @@ class _Runner:
 
     def _run(self) -> int:
         with ExitStack() as stack:
+            supersede = self.plan.on_busy == "supersede"
             try:
-                lease = stack.enter_context(self.lock.hold(self.plan.wait))
+                lease = stack.enter_context(self.lock.hold(
+                    self.plan.wait, supersede=supersede, supersede_if=self.plan.guard))
             except LeaseBusy as busy:
                 return self._busy(busy)
+            except LeaseLost as lost:  # superseded in turn before the command could start
+                print(f"leasectl: not run: {escape(str(lost))}", file=sys.stderr)
+                self._report(_Outcome(self.lock.key, "lost", LEASE_LOST_EXIT_STATUS,
+                                      lost.token, extra={"reason": str(lost)}))
+                return LEASE_LOST_EXIT_STATUS
             self.started = True
             granted = now()
             lease.on_lost(lambda lost: self._report(_Outcome(
@@ -296,13 +332,16 @@ class _Runner:
 
     def _busy(self, busy: LeaseBusy) -> int:
         status, code = {"skip": ("skipped", SKIPPED), "fail": ("busy", BUSY),
-                        "wait": ("timed_out", WAIT_TIMED_OUT)}[self.plan.on_busy]
+                        "wait": ("timed_out", WAIT_TIMED_OUT),
+                        "supersede": ("refused", BUSY)}[self.plan.on_busy]
         about = meta_summary(busy.meta)
         holder = escape(busy.holder or "?") + (f" ({escape(about)})" if about else "")
-        what = {"skipped": "skipped", "busy": "not run",
+        what = {"skipped": "skipped", "busy": "not run", "refused": "not run",
                 "timed_out": "not run: --wait-timeout passed"}[status]
+        refused = f"; not superseded: {escape(busy.reason)}" \
+            if isinstance(busy, SupersedeRefused) else ""
         print(f"leasectl: {what}: lease {self.lock.key!r} is held by {holder} with token "
-              f"{busy.token}", file=sys.stderr)
+              f"{busy.token}{refused}", file=sys.stderr)
         self._report(_Outcome(self.lock.key, status, code, extra={
             "held_by": busy.holder, "held_token": busy.token}))
         return code

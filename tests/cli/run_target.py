@@ -7,6 +7,7 @@ OUT_DIR/stamps, a moment apart: two commands that overlapped show it there.
 ``tree``: start a child in the command's process group, a grandchild handed
 to init (a double fork) that stays in the group, and a child in a session of
 its own; write every pid to OUT_DIR/pids, then wait to be ended.
+``alive``: write to OUT_DIR/alive which pids of OUT_DIR/pids still run.
 """
 
 from __future__ import annotations
@@ -27,6 +28,16 @@ def put(out: Path, name: str, text: str) -> None:
     tmp = out / f".{name}.{os.getpid()}.tmp"
     tmp.write_text(text)
     os.replace(tmp, out / name)
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` can run: not gone, not a zombie, not frozen (``T``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[0] not in ("Z", "X", "T")
 
 
 def stamp(out: Path) -> None:
@@ -70,6 +81,9 @@ def main(mode: str, out: Path) -> None:
         put(out, "ran", os.environ.get("LEASE_TOKEN", ""))
     elif mode == "tree":
         tree(out)
+    elif mode == "alive":  # which of another run's processes still run as this one starts
+        pids = [int(p) for p in (out / "pids").read_text().split()]
+        put(out, "alive", " ".join(str(p) for p in pids if running(p)) or "none")
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

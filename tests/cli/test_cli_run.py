@@ -190,11 +190,42 @@ def _waiting(pid: int) -> bool:
     return bool(int(caught, 16) & (1 << (signal.SIGTERM - 1)))
 
 
+def test_supersede_ends_the_holder_and_its_tree_before_the_new_command_starts(
+        store: LeaseStore, cli_url: str, key: str, tmp_path: Path, leasectl: Leasectl) -> None:
+    proc = start(cli_url, "--key", key, "--ttl", "3", "--meta", "day=2026-12-04", "--json", "--",
+                 sys.executable, str(TARGET), "tree", str(tmp_path))
+    pids: list[int] = []
+    try:
+        pids = read_pids(tmp_path, proc)
+        old_token = store.get(key).token  # type: ignore[union-attr]
+        backfill = leasectl("--url", cli_url, "run", "--key", key, "--on-busy", "supersede",
+                            "--only-newer", "day", "--meta", "day=2026-11-30", "--",
+                            sys.executable, str(TARGET), "alive", str(tmp_path))
+        assert backfill.code == BUSY and "not superseded" in backfill.err, backfill
+        assert proc.poll() is None and not (tmp_path / "alive").exists()
+        newer = leasectl("--url", cli_url, "run", "--key", key, "--on-busy", "supersede",
+                         "--only-newer", "day", "--meta", "day=2026-12-05", "--json", "--",
+                         sys.executable, str(TARGET), "alive", str(tmp_path))
+        assert newer.code == 0, newer.err
+        assert (tmp_path / "alive").read_text() == "none"  # none of the old tree ran on
+        assert int(str(report_of(newer.err)["token"])) > old_token
+        code, err = finish(proc)
+        assert code == LEASE_LOST_EXIT_STATUS, err
+        assert "supersede by" in str(report_of(err)["reason"])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        kill_all(pids)
+
+
 @pytest.mark.parametrize("args, code, words", [
     ((), 2, "needs a command"),
     (("--meta", "no-equals", "--", "true"), 2, "--meta"),
     (("--ttl", "soon", "--", "true"), 2, "--ttl"),
     (("--wait-timeout", "5", "--", "true"), 2, "--wait-timeout only applies"),
+    (("--only-newer", "day", "--", "true"), 2, "only apply with --on-busy supersede"),
+    (("--on-busy", "supersede", "--only-same", "day", "--", "true"), 2, "--meta day"),
     (("--", "no-such-command-here"), 127, "not found"),
 ])
 def test_bad_input_fails_before_any_lease_is_taken(

@@ -130,7 +130,7 @@ def test_a_superseding_run_replaces_the_holder_which_can_no_longer_write(
 def test_racing_supersedes_end_with_one_holder_at_a_time(
         runs: Runs, store: LeaseStore, key: str) -> None:
     old = runs.start("old", "--ttl", "3")
-    old_token, old_pid, _, _ = runs.ready("old", old)
+    old_token, _, _, _ = runs.ready("old", old)
     names = [f"new{i}" for i in range(3)]
     racers = [runs.start(name, "--supersede", "--ttl", "3", "--rows", "20") for name in names]
     # A racer that read the old holder's token breaks it or loses that break
