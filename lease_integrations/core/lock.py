@@ -173,6 +173,7 @@ class LeaseLock:
     def _take(self, wait: float | None, meta: Mapping[str, Any] | None, supersede: bool,
               guard: SupersedeGuard | None, *, armed: bool) -> Lease:
         if not supersede:
+            validate_guard(guard, supersede)
             return self._acquire(wait, meta, armed=armed)
         from .supersede import supersede_acquire
 
@@ -231,7 +232,7 @@ class LeaseLock:
         ends with ``LeaseLost`` whenever the lease was lost, the store refused
         the release or the trust window closed: never as a success.
         ``supersede``, ``supersede_if``: as for ``acquire``."""
-        validate_guard(supersede_if)
+        validate_guard(supersede_if, supersede)
         return Hold(self, lambda: self._take(wait, meta, supersede, supersede_if,
                                              armed=self._fail_stop), release=True)
 

@@ -27,11 +27,14 @@ from .errors import ConfigurationError
 SupersedeGuard = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
 
 
-def validate_guard(guard: object) -> SupersedeGuard | None:
-    """``guard`` if it is None or callable, else ``ConfigurationError``."""
+def validate_guard(guard: object, supersede: bool = True) -> SupersedeGuard | None:
+    """``guard`` if it is None or callable (and given with ``supersede``),
+    else ``ConfigurationError``: a guard left unused would read as a promise."""
     if guard is not None and not callable(guard):
         raise ConfigurationError(
             f"supersede_if must be a callable (holder_meta, new_meta) -> bool, got {guard!r}")
+    if guard is not None and not supersede:
+        raise ConfigurationError("supersede_if only applies with supersede=True")
     return guard  # type: ignore[return-value]
 
 

@@ -202,6 +202,8 @@ def test_the_ready_made_guards() -> None:
     assert same({"params": {"a": 1}, "dag_id": "d"}, {"params": {"a": 1}, "dag_id": "d"})
     assert not same({"params": {"a": 1}, "dag_id": "d"}, {"params": {"a": 2}, "dag_id": "d"})
     assert not only_same()({}, {})
+    lock = LeaseLock(connect("memory://guards"), "k")
     with pytest.raises(ConfigurationError, match="supersede_if must be a callable"):
-        LeaseLock(connect("memory://guards"), "k").hold(supersede=True,
-                                                        supersede_if="newer")  # type: ignore[arg-type]
+        lock.hold(supersede=True, supersede_if="newer")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="only applies with supersede=True"):
+        lock.acquire(supersede_if=newer)
