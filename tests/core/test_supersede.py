@@ -207,3 +207,35 @@ def test_the_ready_made_guards() -> None:
         lock.hold(supersede=True, supersede_if="newer")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="only applies with supersede=True"):
         lock.acquire(supersede_if=newer)
+
+
+def test_a_holder_elsewhere_is_superseded_once_its_record_has_expired_on_every_store(
+        any_store: LeaseStore, key: str) -> None:
+    """Every store breaks on the token, records ``superseded`` and reads it
+    back. The holder's meta names another host: nothing here can see it exit,
+    so the grant waits for the broken record's own expiry."""
+    other = any_store.acquire(key, "elsewhere:7", "secret-elsewhere", 1.0,
+                              {"host": "elsewhere", "pid": 7}).record
+    assert other is not None
+    lock = LeaseLock(any_store, key, ttl=5, on_lost="check", meta={"run": "newest"})
+    lease = lock.acquire(supersede=True)
+    try:
+        assert lease.token > other.token
+        after = any_store.get(other.key)
+        assert after is not None and after.token == lease.token
+        events = any_store.history(key)
+        assert [e.kind for e in events] == ["acquired", "broken", "superseded", "acquired"]
+        superseded = events[2]
+        assert (superseded.token, superseded.holder) == (other.token, "elsewhere:7")
+        assert superseded.detail["by"] == lease.holder
+        assert superseded.detail["meta"]["run"] == "newest"
+        assert events[1].detail["by"] == f"supersede by {lease.holder}"
+    finally:
+        lock.release(lease)
+
+
+@pytest.fixture
+def any_store(store_url: str) -> Iterator[LeaseStore]:
+    s = connect(store_url)
+    yield s
+    s.close()
