@@ -115,12 +115,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --on-busy supersede: replace the holder only if its --meta "
                              "FIELD is the same as this run's (repeatable)")
     parser.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]",
-                        help="the command to run under the lease")
+                        action=_CheckedPlan, help="the command to run under the lease")
 
 
 def run_command(store: LeaseStore, args: argparse.Namespace) -> int:
-    """Check everything, take the lease, run the command, give the lease back."""
-    plan = _plan(args)
+    """Take the lease, run the command, give the lease back (everything was
+    checked when the arguments were parsed: ``_CheckedPlan``)."""
+    plan = getattr(args, "plan", None) or _plan(args)
     lock = LeaseLock(store, args.key, ttl=args.ttl, meta=plan.meta)
     return _Runner(lock, plan).run()
 
@@ -134,6 +135,23 @@ class _Plan:
     meta: dict[str, Any]
     json: bool
     guard: SupersedeGuard | None = None
+
+
+class _CheckedPlan(argparse.Action):
+    """Checks the whole ``run`` command line as it is parsed. The command
+    comes last (everything after it is its own), so every option is known by
+    now: bad input fails here, before the store is even opened (an
+    unreachable store must not hide a typo), let alone a lease taken."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, list(values))
+        try:
+            namespace.plan = _plan(namespace)
+        except exits.CommandFailed as failed:
+            parser.exit(failed.code, f"leasectl: {escape(str(failed))}\n")
+        except ConfigurationError as exc:
+            parser.error(str(exc))
 
 
 def _plan(args: argparse.Namespace) -> _Plan:

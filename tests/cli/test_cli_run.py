@@ -234,3 +234,19 @@ def test_bad_input_fails_before_any_lease_is_taken(
     result = leasectl("--url", cli_url, "run", "--key", key, *args)
     assert result.code == code and words in result.err, result
     assert store.get(key) is None
+
+
+@pytest.mark.parametrize("args, code, words", [
+    ((), 2, "needs a command"),
+    (("--meta", "no-equals", "--", "true"), 2, "--meta"),
+    (("--on-busy", "fail", "--wait-timeout", "5", "--", "true"), 2, "--wait-timeout"),
+    (("--", "no-such-command-here"), 127, "not found"),
+])
+def test_bad_input_is_named_before_the_store_is_opened_and_never_its_password(
+        leasectl: Leasectl, args: tuple[str, ...], code: int, words: str) -> None:
+    """Nothing listens on port 1: the store would fail (exit 3), so the
+    answer shows the input was judged first; the password never shows."""
+    result = leasectl("--url", "redis://:hunter2-secret@127.0.0.1:1/0", "run", "--key", "k",
+                      *args)
+    assert result.code == code and words in result.err, result
+    assert "hunter2" not in result.err + result.out
