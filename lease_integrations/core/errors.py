@@ -84,6 +84,19 @@ class LeaseBusy(LeaseError):
         )
 
 
+class SupersedeRefused(LeaseBusy):
+    """A run asked to supersede the holder and may not: its ``supersede_if``
+    guard refused (a backfill must not displace today's run), or the holder
+    is the asking process itself. The holder is left alone."""
+
+    def __init__(self, key: str, record: LeaseRecord | None, reason: str) -> None:
+        self.reason = reason
+        super().__init__(key, record)
+
+    def _message(self) -> str:
+        return f"{super()._message()}; not superseded: {_printable(self.reason)}"
+
+
 class NotReentrant(LeaseBusy):
     """A block asked for a lease that an enclosing block of the same thread or
     task already holds. Leases are not re-entrant: waiting would wait for
