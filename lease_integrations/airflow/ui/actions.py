@@ -14,6 +14,9 @@ from .rules import Access, Refused, dag_of, not_found, require_intent, user_name
 from .store_source import StoreSource, open_store
 
 HISTORY_LIMIT = 100
+#: What one history read asks the store for: all it keeps of a key (100
+#: events; the most the JSON route's ``limit`` allows, were that ever more).
+STORE_HISTORY = 1000
 
 
 def leases(access: Access, prefix: str) -> tuple[list[LeaseRecord], StoreSource]:
@@ -33,15 +36,17 @@ def lease(access: Access, key: str) -> LeaseRecord:
 
 def key_history(access: Access, key: str, limit: int = HISTORY_LIMIT
                 ) -> tuple[LeaseRecord | None, list[LeaseEvent], int, StoreSource]:
-    """A key's record and events from one read of each, cut down to what the
-    user may read (the record, and each event on its own); 404, as for a
-    missing key, when that leaves nothing. Also the number of events the
-    store could not parse (shown as a count: their DAG cannot be told)."""
+    """A key's record and its newest ``limit`` events the user may read: the
+    whole history the store keeps is read and filtered first (the record, and
+    each event on its own), then cut to ``limit``, so the window never decides
+    what an event is placed by; 404, as for a missing key, when that leaves
+    nothing. Also the number of events the store could not parse (shown as a
+    count: their DAG cannot be told)."""
     access.require_page()
     with open_store() as (store, source):
-        record, events = store.get(key), store.history(key, limit)
+        record, events = store.get(key), store.history(key, STORE_HISTORY)
     unreadable = len(getattr(events, "unreadable", ()))
-    shown = access.events(events, record)
+    shown = access.events(events, record)[-limit:]
     if not access.may_learn_exists(record):
         record = None
     if record is None and not shown:
