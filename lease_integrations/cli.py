@@ -44,15 +44,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from .console.render import escape
 from .core.config import mask_url, resolve_url
 from .core.errors import ConfigurationError, CorruptRecord, LeaseError, StoreUnavailable
-from .core.redact import redact
+from .core.redact import redact, remember, url_secrets
 from .core.store import HISTORY_LIMIT, LeaseStore
 from .core.validation import validate_key
 
@@ -79,6 +81,48 @@ exit codes:
      keys as UNREADABLE and exits 0)
   7  check found a violation in the key's history
 """
+
+
+#: A URL inside an argument (``redis://…``, also glued: ``--store=redis://…``).
+_URL_IN_ARGUMENT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S*")
+
+
+def mask_url_arguments(argv: Sequence[str]) -> None:
+    """Remember the secrets of every URL in the arguments, whatever their
+    position, so every message masks them: argparse quotes an argument it
+    cannot place (``leasectl URL list``, ``leasectl --ulr URL list``),
+    ``list URL`` echoes its prefix on stdout. ``_Parser`` and ``_error``
+    print only through ``redact``, and when an argument held a secret stdout
+    goes through it too."""
+    held = False
+    for argument in argv:
+        for found in _URL_IN_ARGUMENT.finditer(str(argument)):
+            remember(found.group(0))
+            held = held or bool(url_secrets(found.group(0)))
+    if held and not isinstance(sys.stdout, _Redacting):
+        sys.stdout = _Redacting(sys.stdout)
+
+
+class _Redacting:
+    """A text stream whose writes go through ``redact``; the rest is the stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose every message (usage errors, help) goes out through
+    ``redact``; its subcommand parsers are of the same class."""
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        super()._print_message(redact(message), file)
 
 
 def _positive(text: str) -> int:
@@ -117,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Accepted before or after the command; SUPPRESS keeps the command's parser
     # from overwriting a value given before it.
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--url", default=argparse.SUPPRESS,
                         help="store URL (default: $LEASE_STORE_URL, else the embedded SQLite file)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
@@ -128,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--prefect-block", default=argparse.SUPPRESS, metavar="NAME",
                         help="use the store of this Prefect LeaseStoreBlock (store='block:NAME')")
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="leasectl", description="Inspect and break lease_integrations leases.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=None,
@@ -281,6 +325,8 @@ def open_store(url: str | None, airflow_conn: str | None = None,
 def main(argv: Sequence[str] | None = None) -> int:
     from .console import exits
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    mask_url_arguments(argv)
     parser = build_parser()
     args = parser.parse_args(argv)  # exits 2 on usage errors
     try:
