@@ -265,7 +265,7 @@ def airflow_connection_url(conn_id: str) -> str:
     except ImportError as exc:
         raise ConfigurationError(
             f"--airflow-conn {conn_id!r} needs Airflow installed in this environment "
-            f"(pip install 'lease_integrations[airflow]'): {exc}") from None
+            f"(from the checkout: pip install -e '<checkout>[airflow]'): {exc}") from None
     from .airflow.connections import NoSuchConnection, console_store_url
 
     try:
@@ -291,7 +291,7 @@ def prefect_block_url(name: str) -> str:
     except ImportError as exc:
         raise ConfigurationError(
             f"--prefect-block {name!r} needs Prefect installed in this environment "
-            f"(pip install 'lease_integrations[prefect]'): {exc}") from None
+            f"(from the checkout: pip install -e '<checkout>[prefect]'): {exc}") from None
     try:
         block = LeaseStoreBlock.load(name)
     except ValueError as exc:  # Prefect's "unable to find block document"
