@@ -42,3 +42,10 @@ def checked(response: httpx.Response) -> httpx.Response:
     """The response, once its body and headers are seen to hold no piece of the password."""
     assert_no_secret(response.text, "\n".join(f"{k}: {v}" for k, v in response.headers.items()))
     return response
+
+
+def corrupt(store: object, key: str, field: str = "expires_at", value: str = "ledger-garbage") -> None:
+    """Overwrite one field of ``key``'s record with the store's own client, as
+    an operator with redis-cli might: the store then reads it as ``CorruptRecord``."""
+    hash_key = store._prepared(key).rec[0]  # type: ignore[attr-defined]
+    store._client.hset(hash_key, field, value)  # type: ignore[attr-defined]

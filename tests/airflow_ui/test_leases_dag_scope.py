@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from api_server import ApiServer, running
-from guarded_redis import checked, guarded_redis
+from guarded_redis import USER, checked, corrupt, guarded_redis
 
 from lease_integrations import LeaseStore, connect
 
@@ -104,3 +104,41 @@ def test_limit_counts_the_events_the_reader_may_read(
         ("acquired", billing[0]), ("released", billing[0])]
     page = checked(reader.get("/leases/history", params={"key": key}))
     assert page.status_code == 200 and "secret-run" not in html.unescape(page.text)
+
+
+def test_a_corrupt_record_is_named_only_to_those_who_may_read_every_dag(
+        clients: dict[str, httpx.Client], store: LeaseStore, key: str) -> None:
+    """Finding 4: an unparsable record answered 503 quoting the bad field to
+    any reader; its DAG cannot be told."""
+    assert store.acquire(key, "worker:1", "s1", 600, LEDGER).granted
+    corrupt(store, key)
+    reader = clients["billing"]
+    for path in ("/leases/api/lease", "/leases/history", "/leases/api/history"):
+        answer = checked(reader.get(path, params={"key": key}))
+        assert answer.status_code == 404, (path, answer.text[:500])
+        assert "ledger-garbage" not in answer.text and "expires_at" not in answer.text
+    listing = checked(reader.get("/leases/api/leases", params={"prefix": key}))
+    assert listing.json()["unreadable"] == [] and key not in listing.text
+    admin = clients["admin"]
+    assert "expires_at" in checked(admin.get("/leases/api/lease", params={"key": key})).text
+    shown = checked(admin.get("/leases/api/leases", params={"prefix": key})).json()
+    assert len(shown["unreadable"]) == 1 and key in shown["unreadable"][0]
+    page = checked(admin.get("/leases/", params={"prefix": key}))
+    assert "could not be read" in page.text and key in page.text
+
+
+def test_the_store_location_is_shown_only_to_those_who_may_read_every_dag(
+        clients: dict[str, httpx.Client], store: LeaseStore, key: str) -> None:
+    """Finding 8: host, port and user name of the store, for admins only."""
+    assert store.acquire(key, "worker:1", "s1", 600, BILLING).granted
+    port = store.url.rsplit(":", 1)[1].split("/")[0]
+    reader = clients["billing"]
+    answers = [checked(reader.get(path, params={"prefix": key}))
+               for path in ("/leases/", "/leases/api/leases")]
+    answers += [checked(reader.get("/leases/history", params={"key": key})),
+                checked(reader.get("/leases/dag", params={"dag_id": "billing"}))]
+    for answer in answers:
+        assert answer.status_code == 200
+        assert USER not in answer.text and port not in answer.text, answer.text[-1500:]
+    listing = checked(clients["admin"].get("/leases/api/leases", params={"prefix": key})).json()
+    assert listing["store"] == f"redis://{USER}:***@127.0.0.1:{port}/0"

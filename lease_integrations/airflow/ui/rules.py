@@ -229,11 +229,16 @@ def check_confirm_token(secret: bytes, value: str, user: Any, key: str, token: i
 
 
 def require_intent(secret: bytes, user: Any, key: str, token: int | None, *, header: str | None,
-                   confirm: str | None) -> None:
-    """403 unless the break carries the header or a valid confirm token."""
-    if header is not None and header == key:
+                   confirm: str | None, header_honoured: bool = True) -> None:
+    """403 unless the break carries the header or a valid confirm token. The
+    refusal names only what this face honours: Airflow 2.11's view has no
+    route that reads the header (``header_honoured=False``)."""
+    if header_honoured and header is not None and header == key:
         return
     if confirm and token is not None and check_confirm_token(secret, confirm, user, key, token):
         return
+    if not header_honoured:
+        raise Refused(403, "a break needs the confirmation token from the Leases page; open the "
+                           "page and confirm again (scripts: leasectl break)")
     raise Refused(403, f"a break needs the {BREAK_HEADER} header (value: the key) or the "
                        "confirmation token from the Leases page; open the page and confirm again")
