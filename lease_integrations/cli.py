@@ -47,7 +47,9 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -261,7 +263,8 @@ def airflow_connection_url(conn_id: str) -> str:
     if not conn_id.strip():
         raise ConfigurationError(f"--airflow-conn needs a connection id, got {conn_id!r}")
     try:
-        from .airflow import _compat  # noqa: F401  (imports Airflow)
+        with _without_airflow_deprecations():
+            from .airflow import _compat  # noqa: F401  (imports Airflow)
     except ImportError as exc:
         raise ConfigurationError(
             f"--airflow-conn {conn_id!r} needs Airflow installed in this environment "
@@ -269,7 +272,8 @@ def airflow_connection_url(conn_id: str) -> str:
     from .airflow.connections import NoSuchConnection, console_store_url
 
     try:
-        return console_store_url(conn_id)
+        with _without_airflow_deprecations():
+            return console_store_url(conn_id)
     except NoSuchConnection as missing:
         where = ", ".join(missing.searched) or "no secrets backend"
         failed = f"; {'; '.join(missing.failures)}" if missing.failures else ""
@@ -279,6 +283,23 @@ def airflow_connection_url(conn_id: str) -> str:
             f"--airflow-conn {conn_id!r}: no such Airflow connection{fallback}; looked in "
             f"{where} (AIRFLOW_HOME={os.environ.get('AIRFLOW_HOME', '~/airflow')}){failed}. "
             "Check the id and AIRFLOW_HOME, or give the store with --url") from None
+
+
+@contextmanager
+def _without_airflow_deprecations() -> Iterator[None]:
+    """Airflow's deprecation warnings about its own settings (2.11: "Timer and
+    timing metrics publish in seconds were deprecated", twice) are not the
+    console's business and were printed on every ``--airflow-conn`` call.
+    Airflow adds filters that show them unless ``sys.warnoptions`` is set, so
+    that is set too, for the import only."""
+    sys.warnoptions.append("ignore::DeprecationWarning")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", PendingDeprecationWarning)
+            yield
+    finally:
+        sys.warnoptions.remove("ignore::DeprecationWarning")
 
 
 def prefect_block_url(name: str) -> str:
@@ -331,6 +352,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)  # exits 2 on usage errors
     try:
         store = open_store(args.url, args.airflow_conn, args.prefect_block)
+        if args.url is None and args.airflow_conn is None and args.prefect_block is None:
+            _say_which_store(store)
         try:
             code: int = args.run(store, args)
             sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
@@ -360,6 +383,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(redact(traceback.format_exc()), file=sys.stderr, end="")
         _error(f"unexpected error ({type(exc).__name__}): {exc}")
         return exits.INTERNAL
+
+
+def _say_which_store(store: LeaseStore) -> None:
+    """In an Airflow environment (``$AIRFLOW_HOME`` set) with no store given,
+    say on stderr which store this is and how to read the tasks' one: their
+    ``lease_default`` Connection comes first for them, and a ``list`` of the
+    embedded file while the tasks use Redis looked like "nothing is held"."""
+    if not os.environ.get("AIRFLOW_HOME"):
+        return
+    origin = "$LEASE_STORE_URL" if os.environ.get("LEASE_STORE_URL") else "the embedded default"
+    _error(f"reading {store.url} ({origin}); Airflow tasks read the Connection "
+           f"{AIRFLOW_DEFAULT_CONN!r} first when it exists: --airflow-conn {AIRFLOW_DEFAULT_CONN} "
+           "reads their store (or --url URL another)")
 
 
 def _closed_pipe() -> int:

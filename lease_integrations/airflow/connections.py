@@ -76,9 +76,13 @@ def store_url_from_connection(conn: ConnectionLike) -> str:
         path = f"/{quote(conn.schema, safe='')}" if conn.schema else ""
         return _network_url("mongodb+srv" if srv else "mongodb", conn, path, options,
                             with_port=not srv)
+    generic = (" (Airflow's CLI stores 'generic' when --conn-type names a type no installed "
+               "provider registers, as 'redis' on Airflow 2.11 without the Redis provider: add "
+               "it with --conn-json '{\"conn_type\": \"redis\", \"host\": ...}', which keeps "
+               "the type)") if kind in ("generic", "") else ""
     raise ConfigurationError(
         f"connection {conn.conn_id!r} has type {conn.conn_type!r}; a lease store connection "
-        "must be of type redis, postgres, mongo or sqlite"
+        f"must be of type redis, postgres, mongo or sqlite{generic}"
     )
 
 
