@@ -13,6 +13,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 source scripts/envs.sh
+source scripts/versions.sh
 set -e
 ensure_core_env
 ensure_servers
@@ -117,7 +118,10 @@ for i in "${!names[@]}"; do
   echo "==================== ${names[$i]} ===================="
   cat "$LOGS/$i.log"
   # pytest exit 5 = "no tests collected": an empty phase is a broken phase.
-  if [ "$rc" -ne 0 ]; then failed+=("${names[$i]} (exit $rc)"); fi
+  if [ "$rc" -ne 0 ]; then
+    moved="$(moved_versions "$(_env_of_phase "${cmds[$i]}")")"
+    failed+=("${names[$i]} (exit $rc)${moved:+$'\n'    $moved}")
+  fi
   echo "---- ${names[$i]}: exit $rc in $secs s"
 done
 
@@ -129,3 +133,8 @@ if [ ${#failed[@]} -ne 0 ]; then
 fi
 rm -rf "$LOGS"
 echo "all phases passed"
+if [ $# -eq 0 ]; then  # a whole run: what it resolved is the new last green world
+  envs=(); for c in "${cmds[@]}"; do envs+=("$(_env_of_phase "$c")"); done
+  record_green_versions "${envs[@]}"
+  echo "package versions recorded in $LAST_GREEN (commit it)"
+fi

@@ -456,14 +456,14 @@ class PostgresStore(LeaseStore):
                  "c": sql.Identifier(f"{self.table}_tokens")}
         queries = {"schema": SCHEMA, "renew_many": RENEW_MANY, "break": BREAK,
                    "add_event": ADD_EVENT, "get": GET, "list": LIST, "history": HISTORY}
-        out = {name: sql.SQL(text).format(**names).as_string(None)  # type: ignore[arg-type]
+        out = {name: sql.SQL(text).format(**names).as_string(None)
                for name, text in queries.items()}
         out["listen"] = sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)).as_string(None)
         # The hot statements, run prepared at the libpq level (``_pg_exec``).
         hot = {**names, "trim": sql.SQL(""), "channel": sql.Literal(self.channel)}
         trim = {**hot, "trim": sql.SQL(ACQUIRE_TRIM).format(**names)}
         self._acquire, self._acquire_trim, self._acquire_new, self._renew, self._release = (
-            Statement(sql.SQL(text).format(**fill).as_string(None))  # type: ignore[arg-type]
+            Statement(sql.SQL(text).format(**fill).as_string(None))
             for text, fill in ((ACQUIRE, hot), (ACQUIRE, trim), (ACQUIRE_NEW, hot),
                                (RENEW, hot), (RELEASE, hot)))
         return out
@@ -551,7 +551,7 @@ class PostgresStore(LeaseStore):
         Otherwise ``migrate``; a role that may not migrate a layout the
         statements still run on (this version's grants write nothing that
         layout lacks) keeps working, with a warning (see ``migrate``)."""
-        names = [sql.Identifier(n).as_string(None)  # type: ignore[arg-type]
+        names = [sql.Identifier(n).as_string(None)
                  for n in (self.table, f"{self.table}_events", f"{self.table}_tokens",
                            f"{self.table}_events_by_key")]
         with self._pool.connection() as conn, watchdog().guard(conn.fileno(), self.call_timeout):
@@ -627,7 +627,7 @@ class PostgresStore(LeaseStore):
                 "WITH ORDINALITY k(num, i) JOIN pg_attribute a ON a.attrelid = c.conrelid "
                 "AND a.attnum = k.num ORDER BY k.i) FROM pg_constraint c "
                 "WHERE c.conrelid = to_regclass(%s) AND c.contype = 'p'",
-                (e.as_string(None),)).fetchone()  # type: ignore[arg-type]
+                (e.as_string(None),)).fetchone()
             if row is None or row[1] != ["key", "id"]:
                 conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(e))
                 if row is not None:
@@ -639,7 +639,7 @@ class PostgresStore(LeaseStore):
             schema = conn.execute(
                 "SELECT n.nspname FROM pg_class c JOIN pg_namespace n "
                 "ON n.oid = c.relnamespace WHERE c.oid = to_regclass(%s)",
-                (sql.Identifier(self.table).as_string(None),)).fetchone()  # type: ignore[arg-type]
+                (sql.Identifier(self.table).as_string(None),)).fetchone()
             assert schema is not None  # created above, in this transaction
             conn.execute(sql.SQL(KEEP_TOKENS).format(
                 t=sql.Identifier(self.table), c=sql.Identifier(f"{self.table}_tokens"),

@@ -238,7 +238,9 @@ def _sentinel(s: RedisSettings, size: int) -> redis.Redis:
         sentinel_kwargs.update(username=s.username, password=s.password)
     manager = ExplainingSentinel(list(s.nodes), sentinel_kwargs=sentinel_kwargs,
                                  db=s.db, **conn, **_tls_kwargs(s))
-    client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
+    # parse_settings refuses a Sentinel URL that names no service, so it is set here.
+    assert s.service is not None
+    client: redis.Redis = manager.master_for(
         s.service, connection_pool_class=BlockingSentinelPool, max_connections=size,
         timeout=s.socket_timeout)
     return client

@@ -17,7 +17,7 @@ from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 from .redis_pool import FairBlockingConnectionPool
 
 
-class BlockingSentinelPool(SentinelConnectionPool, FairBlockingConnectionPool):  # type: ignore[misc]
+class BlockingSentinelPool(SentinelConnectionPool, FairBlockingConnectionPool):
     """Sentinel's pool (finds the primary, follows failovers) that waits
     for a free connection instead of raising."""
 
@@ -39,7 +39,7 @@ class ExplainingSentinel(Sentinel):
     """``Sentinel`` whose ``MasterNotFoundError`` names each sentinel and its error."""
 
     def __init__(self, sentinels: list[tuple[str, int]], **kwargs: Any) -> None:
-        super().__init__(sentinels, **kwargs)  # type: ignore[no-untyped-call]
+        super().__init__(sentinels, **kwargs)
         # Clients connect lazily: the ones just built are dropped unused.
         self._clients = [_SentinelClient(host, port, **self.sentinel_kwargs)
                          for host, port in sentinels]
@@ -49,7 +49,7 @@ class ExplainingSentinel(Sentinel):
         for sentinel in self._clients:
             sentinel.last_error = None
         try:
-            found: tuple[str, int] = super().discover_master(service_name)  # type: ignore[no-untyped-call]
+            found: tuple[str, int] = super().discover_master(service_name)
             return found
         except MasterNotFoundError:
             errors = [f"sentinel {s.connection_pool.connection_kwargs['host']}:"

@@ -344,7 +344,7 @@ class SqliteStore(LeaseStore):
         opts = query_options(parse_url(url), {"timeout": float}, url)
         path = path_from_url(url)
         default = path.parent == default_state_dir()
-        busy = float(options.pop("busy_timeout", opts.get("timeout", 10.0)))  # type: ignore[arg-type]
+        busy = float(options.pop("busy_timeout", opts.get("timeout", 10.0)))
         if options:
             raise ConfigurationError(f"unknown SQLite store options {sorted(options)}")
         return cls(path, busy_timeout=busy, create_parent=default)

@@ -137,9 +137,17 @@ def test_skip_wait_and_deferrable_wait_on_the_real_scheduler(
     assert "deferring until it is free" in logs["lt_pol_defer"]
 
     # The SIGKILLed first try left its lease; the retry waited for it, then ran.
-    tries = [e for e in log if e["dag_id"] == "lt_pol_retry" and e["event"] == "start"]
-    assert len(tries) == 2 and tries[0]["try_number"] < tries[1]["try_number"], tries
-    assert tries[1]["token"] > tries[0]["token"]
+    # Under load Airflow 2.11 may run one try twice (two LocalTaskJobs, "Recorded
+    # pid ... does not match"): both then wait for the crashed try's lease and run
+    # one after the other, which is the lease doing its job, not a second retry.
+    retry_log = sorted((e for e in log if e["dag_id"] == "lt_pol_retry"), key=lambda e: e["t"])
+    tries = [e for e in retry_log if e["event"] == "start"]
+    assert_one_at_a_time(retry_log[1:])  # after the first start, which was killed: no end
+    if len(tries) > 2:
+        print("Airflow ran one try of lt_pol_retry more than once:", tries[1:])
+    assert len(tries) >= 2 and all(t["try_number"] > tries[0]["try_number"] for t in tries[1:]), tries
+    assert all(t["token"] > tries[0]["token"] for t in tries[1:]), tries
+    assert len({t["token"] for t in tries}) == len(tries), tries
     assert (f"an earlier try ({tries[0]['try_number']}) of this task instance still holds "
             "the lease") in logs["lt_pol_retry"]
 

@@ -26,6 +26,7 @@ import lease_integrations
 from lease_integrations import Lease
 from lease_integrations.prefect import current_lease, leased, leased_flow
 
+LONG_TTL = 12.0
 TTL = 5.0  # heartbeats every 1.7 s: room to keep up on a loaded 2-core machine
 #: Upper bound for any wait on the test's go-ahead: a lost test fails, never hangs.
 BOUND = 90.0
@@ -228,6 +229,19 @@ def fan_out() -> int:
 def calls_fan_out() -> int:
     """A plain flow whose subflow, in this process, holds the lease."""
     return fan_out()
+
+
+@leased_flow(key="fan-out", ttl=LONG_TTL, on_busy="fail",
+             task_runner=ThreadPoolTaskRunner(max_workers=4))
+def fan_out_long_ttl() -> int:
+    return fan_out_body()
+
+
+@flow
+def calls_fan_out_long_ttl() -> int:
+    """``calls_fan_out`` at a ttl whose ladder gives the stop hooks about
+    0.8 s: room for one slow API call, not for five in a row."""
+    return fan_out_long_ttl()
 
 
 @leased_flow(key="fan-out", ttl=TTL, on_busy="fail", on_lost="check",

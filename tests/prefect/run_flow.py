@@ -75,6 +75,22 @@ def _slow_lost_event(delay: float) -> None:
     PrefectEventsClient._emit = slow  # type: ignore[method-assign]
 
 
+def _slow_api(delay: float) -> None:
+    """Answer every flow-run and task-run read and state write ``delay``
+    seconds late, as a loaded API server does: what a lost lease's report
+    must do in sequence then decides whether it lands in the ladder's time."""
+    from prefect.client.orchestration import SyncPrefectClient
+
+    def slowed(method: Any) -> Any:
+        def slow(self: Any, *args: Any, **kwargs: Any) -> Any:
+            threading.Event().wait(delay)
+            return method(self, *args, **kwargs)
+        return slow
+
+    for name in ("read_flow_run", "read_task_run", "set_flow_run_state"):
+        setattr(SyncPrefectClient, name, slowed(getattr(SyncPrefectClient, name)))
+
+
 def run_in_child(name: str, params: dict[str, Any], out: str, log: str, env: dict[str, str]) -> None:
     """Target of a forkserver child: its own output file and environment."""
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -83,6 +99,8 @@ def run_in_child(name: str, params: dict[str, Any], out: str, log: str, env: dic
     os.environ.update(env)
     if os.environ.get("LEASE_TEST_SLOW_LOST_EVENT"):
         _slow_lost_event(float(os.environ["LEASE_TEST_SLOW_LOST_EVENT"]))
+    if os.environ.get("LEASE_TEST_SLOW_API"):
+        _slow_api(float(os.environ["LEASE_TEST_SLOW_API"]))
     run(name, params, Path(out))
     # A forkserver child ends with os._exit, which skips the drain Prefect
     # registers for interpreter exit: drain here, as a run's own process would.

@@ -49,9 +49,9 @@ def _assert_ended_and_crashed(child: Child, coord: Path, run_id: str, what: str)
     count = len(ticks(coord))
     time.sleep(GRACE + 0.5)
     assert len(ticks(coord)) == count, "work went on after the process ended"
-    # Read at once: in a process called directly nothing but our stop hook
-    # (no runner, no worker watching the exit status) can set this state.
-    state, history = run_states(run_id)
+    # In a process called directly nothing but our stop hook (no runner, no
+    # worker watching the exit status) can set this state.
+    state, history = _final_state(run_id)
     assert state is not None and state.is_crashed(), (state, child.output())
     assert "was lost" in (state.message or "") and "the process was stopped" in state.message
     assert not [s for s in history if s.is_completed()], history
@@ -80,18 +80,54 @@ def test_a_leased_subflow_that_loses_its_lease_crashes_its_parent_run_too(
         spawn: Any, coord: Path, lease_url: str) -> None:
     """The process ends the parent flow run with its subflow: both are
     reported Crashed, neither is left Running."""
-    from prefect.client.orchestration import get_client
 
     child = spawn("calls_fan_out")
     record = break_when_working(coord, lease_url, "fan-out", {f"task{i}" for i in range(4)})
     _assert_ended_and_crashed(child, coord, record["run"], "@leased_flow as a subflow")
+    _assert_parent_crashed(child, record["run"])
+
+
+def test_a_slow_api_still_gets_the_parent_run_reported_crashed(
+        spawn: Any, coord: Path, lease_url: str, child_env: dict[str, str]) -> None:
+    """Every API call answered 0.25 s late, as on a loaded machine: the stop
+    hooks have about 0.8 s (ttl 12), so the parent's report must not wait for
+    a walk up the run tree made after the loss (four calls in a row, then the
+    parent's: the process ended first, and the parent stayed Running)."""
+    child_env["LEASE_TEST_SLOW_API"] = "0.25"
+    child = spawn("calls_fan_out_long_ttl")
+    record = break_when_working(coord, lease_url, "fan-out", {f"task{i}" for i in range(4)})
+    assert child.wait(60) == LEASE_LOST_EXIT_STATUS, child.output()
+    state, _ = _final_state(record["run"])
+    assert state.is_crashed() and "was lost" in (state.message or ""), (state, child.output())
+    _assert_parent_crashed(child, record["run"])
+
+
+def _final_state(flow_run_id: Any) -> tuple[Any, list[Any]]:
+    """The run's state once it is no longer Running, and its history. A
+    report sent just before the process ended may still be on its way into
+    the server's database: poll (bounded) rather than read once."""
+    def final() -> Any:
+        state, history = run_states(flow_run_id)
+        return (state, history) if state is not None and not state.is_running() else None
+    try:
+        found: tuple[Any, list[Any]] = wait_until(final, 10, f"flow run {flow_run_id} to end")
+    except AssertionError:
+        return run_states(flow_run_id)  # still Running: the caller's assertion names it
+    return found
+
+
+def _assert_parent_crashed(child: Child, subflow_id: str) -> None:
+    """The plain flow that called the leased subflow in the same process is
+    reported Crashed too, never left Running or Completed."""
+    from prefect.client.orchestration import get_client
+
     with get_client(sync_client=True) as client:
-        subflow = client.read_flow_run(record["run"])
+        subflow = client.read_flow_run(subflow_id)
         assert subflow.parent_task_run_id is not None
         parent_id = client.read_task_run(subflow.parent_task_run_id).flow_run_id
     assert parent_id is not None
-    state, history = run_states(parent_id)
-    assert state is not None and state.is_crashed(), state
+    state, history = _final_state(parent_id)
+    assert state is not None and state.is_crashed(), (state, child.output())
     assert "was lost" in (state.message or ""), state
     assert not [s for s in history if s.is_completed()], history
 
