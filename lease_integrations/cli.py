@@ -89,20 +89,27 @@ exit codes:
 _URL_IN_ARGUMENT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S*")
 
 
-def mask_url_arguments(argv: Sequence[str]) -> None:
+@contextmanager
+def mask_url_arguments(argv: Sequence[str]) -> Iterator[None]:
     """Remember the secrets of every URL in the arguments, whatever their
     position, so every message masks them: argparse quotes an argument it
     cannot place (``leasectl URL list``, ``leasectl --ulr URL list``),
     ``list URL`` echoes its prefix on stdout. ``_Parser`` and ``_error``
-    print only through ``redact``, and when an argument held a secret stdout
-    goes through it too."""
+    print only through ``redact``, and while an argument that held a secret
+    is in use stdout goes through it too (restored afterwards: ``main`` is
+    also called in process)."""
     held = False
     for argument in argv:
         for found in _URL_IN_ARGUMENT.finditer(str(argument)):
             remember(found.group(0))
             held = held or bool(url_secrets(found.group(0)))
-    if held and not isinstance(sys.stdout, _Redacting):
-        sys.stdout = _Redacting(sys.stdout)
+    original = sys.stdout
+    if held:
+        sys.stdout = _Redacting(original)
+    try:
+        yield
+    finally:
+        sys.stdout = original
 
 
 class _Redacting:
@@ -344,10 +351,14 @@ def open_store(url: str | None, airflow_conn: str | None = None,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    with mask_url_arguments(argv):
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     from .console import exits
 
-    argv = sys.argv[1:] if argv is None else list(argv)
-    mask_url_arguments(argv)
     parser = build_parser()
     args = parser.parse_args(argv)  # exits 2 on usage errors
     try:

@@ -3,6 +3,7 @@ $LEASE_STORE_URL, failing or working, on stdout and stderr."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,20 @@ def test_a_url_given_as_lists_prefix_is_masked_on_stdout(leasectl: Leasectl, tmp
         result = leasectl("--url", store_url, *args)
         assert result.code == 0 and "***" in result.out, result
         assert_no_secret(result.out, result.err)
+
+
+def test_in_process_main_masks_and_gives_stdout_back(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``main`` is also called in process (the demo, tests): the masking
+    stdout it puts in place for a URL argument is taken away again."""
+    from lease_integrations.cli import main
+
+    store_url = f"sqlite://{tmp_path}/leases.db"
+    with connect(store_url) as store:
+        store.list()
+    before = sys.stdout
+    assert main(["--url", store_url, "list", f"redis://u:{ENCODED}@127.0.0.1:1/0"]) == 0
+    assert sys.stdout is before
+    shown = capsys.readouterr()
+    assert "***" in shown.out
+    assert_no_secret(shown.out, shown.err)
