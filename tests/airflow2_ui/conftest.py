@@ -65,6 +65,7 @@ def guarded(webserver: Webserver2) -> Iterator[LeaseStore]:
 
     with guarded_redis() as (_, url):
         webserver.set_connection(url)
+        webserver.guarded_url = url  # type: ignore[attr-defined]  # to point back to it
         store = connect(url)
         try:
             yield store

@@ -13,7 +13,9 @@ import html
 import re
 
 import pytest
+from api_server import free_port
 from guarded_redis import USER, checked, corrupt
+from security.leaks import ENCODED
 from webserver2 import Webserver2
 
 from lease_integrations import LeaseStore
@@ -161,3 +163,21 @@ def test_answers_airflow_makes_under_leases_carry_the_headers(
     with webserver.session(None) as anonymous:
         redirected = checked(anonymous.get("/leases/"))
     assert redirected.status_code == 302 and redirected.headers.get("x-frame-options") == "SAMEORIGIN"
+
+
+def test_a_store_error_names_the_store_only_to_those_who_may_read_every_dag(
+        webserver: Webserver2, guarded: LeaseStore) -> None:
+    """Finding 8, its errors: the 503 of a store that cannot be reached
+    quotes its (masked) URL, host, port and user, to admins only."""
+    port = str(free_port())
+    webserver.set_connection(f"redis://{USER}:{ENCODED}@127.0.0.1:{port}/0")
+    try:
+        with webserver.session("reader") as reader:
+            answer = checked(reader.get("/leases/api/leases"))
+            assert answer.status_code == 503, answer.text[:500]
+            assert port not in answer.text and USER not in answer.text, answer.text
+        with webserver.session("admin") as admin:
+            answer = checked(admin.get("/leases/api/leases"))
+            assert answer.status_code == 503 and port in answer.text, answer.text
+    finally:
+        webserver.set_connection(webserver.guarded_url)  # type: ignore[attr-defined]
