@@ -44,3 +44,19 @@ def keeper_scale(quick: bool, log: Any) -> dict[str, Any]:
         tail = " | ".join(proc.stderr.strip().splitlines()[-5:])
         return {"name": "keeper_scale", "error": f"exit {proc.returncode}: {tail}"}
     return {"name": "keeper_scale", "output": table}
+
+
+def object_store(quick: bool, log: Any) -> dict[str, Any]:
+    """The bucket store and the fenced commit against plain S3 calls on moto
+    (needs boto3 and moto[server]: the [test] extra)."""
+    log("objects: object_store.py (moto's S3 server)")
+    cmd = [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "benchmarks" / "object_store.py"),
+           *(["--quick"] if quick else [])]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return {"name": "object_store", "error": f"timed out after {TIMEOUT} s"}
+    if proc.returncode != 0:
+        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+        return {"name": "object_store", "error": f"exit {proc.returncode}: {tail}"}
+    return {"name": "object_store", "output": proc.stdout.rstrip()}

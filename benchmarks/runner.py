@@ -31,7 +31,7 @@ from .harness import Result
 from .tables import table
 from .targets import evaluate, perf_table, render_perf, render_targets
 
-SECTIONS = ("redis", "handover", "many", "cluster", "stores", "orchestrators", "extras")
+SECTIONS = ("redis", "handover", "many", "cluster", "stores", "objects", "orchestrators", "extras")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -211,6 +211,11 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:
                 out["errors"]["cluster"] = f"{type(exc).__name__}: {exc}"
                 log(f"cluster renewals skipped: {out['errors']['cluster']}")
+    if "objects" in sections:
+        objects = extras.object_store(quick, log)
+        res["object_store"] = objects
+        show("Object storage: the bucket store and fenced outputs (benchmarks/object_store.py)\n"
+             + (objects.get("output") or objects.get("error", "")) + "\n")
     if "orchestrators" in sections:
         results_o = orchestrators.run(quick, log, dag_run=args.dag_run)
         res["orchestrators"] = results_o

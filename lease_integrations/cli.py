@@ -12,6 +12,10 @@ it alive?" without reading code::
     leasectl [--url URL] check KEY [--ttl S] [--drift S] [--writes FILE]
                                               judge the key's history with the public
                                               checker (lease_integrations.core.checker)
+    leasectl [--url URL] probe                check that an object store (s3://) refuses a
+                                              stale If-Match and a second If-None-Match: *
+    leasectl [--url URL] run --key KEY [...] -- CMD [ARGS...]
+                                              run CMD under the lease (console/running.py)
 
 Each command takes ``--json`` for scripts. The store is ``--url``; else, with
 ``--airflow-conn CONN_ID`` (Airflow installed), the store the Airflow tasks
@@ -33,6 +37,7 @@ Exit codes:
        can be read is still printed. ``list`` shows such keys as UNREADABLE
        beside the others and still exits 0.
     7  ``check`` found a violation in the key's history (the report names it)
+    8  ``probe`` found a condition the object store ignores (the message names it)
   141  stdout was closed before the output ended (``leasectl list | head -1``):
        nothing on stderr, as any Unix tool that SIGPIPE ends (128 + 13)
 
@@ -82,6 +87,7 @@ exit codes:
   6  the key's record cannot be parsed (show/history/break; list shows such
      keys as UNREADABLE and exits 0)
   7  check found a violation in the key's history
+  8  probe found a condition the object store ignores
 """
 
 
@@ -167,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .console.checking import run_check
     from .console.history import run_history
     from .console.leases import run_list, run_show
+    from .console.running import add_run_arguments, run_command
 
     # Accepted before or after the command; SUPPRESS keeps the command's parser
     # from overwriting a value given before it.
@@ -231,7 +238,15 @@ def build_parser() -> argparse.ArgumentParser:
     checking.add_argument("--writes", default=None, metavar="FILE",
                           help="your fenced writes, JSON lines: {\"token\": N, \"accepted\": "
                                "true, \"at\": ISO-8601 or seconds (optional)}")
+    add("probe", _no_store, "check that an object store (s3://) refuses a stale If-Match and a "
+        "second If-None-Match: * (exit 8 naming a condition it ignores)")
+    add_run_arguments(add("run", run_command, "run a command under the lease: its own process "
+                          "group, LEASE_KEY and LEASE_TOKEN in its environment, exit 75 on loss"))
     return parser
+
+
+def _no_store(store: LeaseStore, args: argparse.Namespace) -> int:  # pragma: no cover
+    raise AssertionError("probe opens no store: main() runs console.probe before connecting")
 
 
 def _seconds(text: str) -> float:
@@ -329,7 +344,7 @@ def prefect_block_url(name: str) -> str:
 
 
 def open_store(url: str | None, airflow_conn: str | None = None,
-               prefect_block: str | None = None) -> LeaseStore:
+               prefect_block: str | None = None, *, create: bool = False) -> LeaseStore:
     from .stores import connect, naming_the_variable
 
     given = [flag for flag, value in (("--url", url), ("--airflow-conn", airflow_conn),
@@ -342,7 +357,7 @@ def open_store(url: str | None, airflow_conn: str | None = None,
         url = prefect_block_url(prefect_block)
     with naming_the_variable(url):
         resolved = resolve_url(url)
-        missing = _missing_sqlite_file(resolved)
+        missing = None if create else _missing_sqlite_file(resolved)
         if missing is not None:
             raise StoreUnavailable(
                 f"no SQLite lease store at {str(missing)!r}: check the URL (nothing has taken a "
@@ -362,7 +377,14 @@ def _main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # exits 2 on usage errors
     try:
-        store = open_store(args.url, args.airflow_conn, args.prefect_block)
+        if args.command == "probe":  # judges the store connect() would refuse: opens none
+            from .console.probe import run_probe
+
+            probed = run_probe(args)
+            sys.stdout.flush()
+            return probed
+        store = open_store(args.url, args.airflow_conn, args.prefect_block,
+                           create=getattr(args, "creates_store", False))
         if args.url is None and args.airflow_conn is None and args.prefect_block is None:
             _say_which_store(store)
         try:

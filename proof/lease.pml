@@ -73,6 +73,9 @@
 #ifndef MAXFAULTS
 #define MAXFAULTS 0     /* breaks, data losses and failovers per run (the test: 0 and 1) */
 #endif
+#ifndef MAXSUP
+#define MAXSUP   0      /* supersedes per run (the test's "supersede" configuration: 1) */
+#endif
 #define TTL      4
 #define MARGIN   2
 #ifdef MUTANT_DRIFT_BEYOND
@@ -99,6 +102,7 @@
 #define GOT   2         /* granted; the answer on its way back */
 #define BLK   3         /* inside the hold() block */
 #define DEAD  4         /* ended by fail-stop */
+#define SUPW  5         /* supersede: granted, waiting for the old holder to be gone */
 /* on_lost policies */
 #define EXIT  0
 #define CHECK 1
@@ -114,6 +118,7 @@ byte ctr;               /* last token granted, as the store remembers it */
 byte gtime;             /* store time of the last grant (A3: no grant twice in a tick) */
 byte nfaults;
 byte look;              /* the token an operator read (store.get) before a conditional break */
+byte nsup;              /* supersedes so far */
 
 /* ---- the fenced resource (core/fencing: the high-water token) ----------- */
 byte fmax;              /* highest token accepted */
@@ -129,6 +134,8 @@ byte rs[N];             /* local time the renewal attempt started */
 byte orph[N];           /* token of a renewal still in flight after its holder left */
 byte ns[N];             /* ticks this host's clock has slipped behind the store's */
 byte wtok[N];           /* token of a fenced write in flight to the resource (0: none) */
+byte supv[N];             /* supersede: the holder (j+1) whose lease holder i broke, 0: none */
+byte supw[N];             /* supersede: the broken record's expiry, on the store's clock */
 
 /* ---- ghosts: what an observer knows, never read by the protocol --------- */
 byte maxg;              /* highest token ever granted (survives data loss) */
@@ -185,7 +192,7 @@ inline forget(i) {
   if :: rpc[i] == 1 -> orph[i] = htok[i] :: else -> skip fi;
 #endif
   rpc[i] = 0; rs[i] = 0; tu[i] = 0; lost[i] = 0; htok[i] = 0; hep[i] = 0;
-  cut[i] = 0; gone[i] = 0; ovr[i] = 0
+  cut[i] = 0; gone[i] = 0; ovr[i] = 0; supv[i] = 0; supw[i] = 0
 }
 
 /* ---- the keeper's hard stop ---------------------------------------------
@@ -320,6 +327,41 @@ end:
        hpc[i] = GOT }
   :: atomic { hpc[i] == ACQ && live -> hpc[i] = IDLE; as[i] = 0 }   /* busy: LeaseBusy */
 
+  /* supersede (core/supersede.py): busy, so break the holder's token (the one
+     read: force_release(key, by, token)), note the broken record's expiry,
+     and take the key at once, before anyone else can; the block waits (SUPW) */
+  :: atomic { hpc[i] == ACQ && live && rh != i + 1 && nsup < MAXSUP && now > gtime ->
+       nsup++; supv[i] = rh; supw[i] = rexp;
+       printf("t%d H%d supersedes H%d tok%d | ", now, i, rh - 1, rtok);
+       cut_owner(1); free_record();
+       htok[i] = max(ctr + 1, now);
+       printf("t%d H%d granted tok%d | ", now, i, htok[i]);
+       assert(htok[i] > maxg);              /* P1 */
+       maxg = max(maxg, htok[i]);
+       rh = i + 1; rtok = htok[i]; rexp = now + TTL; ctr = htok[i]; gtime = now;
+       hep[i] = ep; lost[i] = 0;
+       tu[i] = as[i] + W; as[i] = 0;        /* trusted from the attempt's start */
+       hpc[i] = SUPW }
+  /* the wait ends: the old holder's process is gone (same host: its pid), or
+     the store's clock reached the broken record's expiry */
+  :: atomic { hpc[i] == SUPW &&
+#if defined(MUTANT_SUPERSEDE_NO_WAIT)
+       true ->
+#elif defined(MUTANT_SUPERSEDE_SHORT_WAIT)
+       (hpc[supv[i] - 1] == DEAD || hpc[supv[i] - 1] == IDLE || now + 1 >= supw[i]) ->
+#else
+       (hpc[supv[i] - 1] == DEAD || hpc[supv[i] - 1] == IDLE || now >= supw[i]) ->
+#endif
+       if
+       :: lost[i] || lc(i) >= tu[i] ->              /* LeaseLost before the block */
+            printf("t%d H%d superseded in turn: LeaseLost | ", now, i);
+            if :: rh == i + 1 && rtok == htok[i] -> free_record() :: else -> skip fi;
+            hpc[i] = IDLE; forget(i)
+       :: else ->
+            printf("t%d H%d block starts after the supersede (trusts until %d) | ", now, i, tu[i]);
+            hpc[i] = BLK
+       fi }
+
   /* the grant arrives: trust from the attempt's start (Lease.__init__);
      _answered_in_window: a grant answered after its window never runs the block */
   :: atomic { hpc[i] == GOT ->
@@ -353,7 +395,7 @@ end:
   :: atomic { wtok[i] != 0 -> fence(i, wtok[i], wep[i]); wtok[i] = 0; wep[i] = 0 }
 
   /* keeper: start a renewal (started = the host's clock) */
-  :: atomic { hpc[i] == BLK && !lost[i] && rpc[i] == 0 ->
+  :: atomic { (hpc[i] == BLK || hpc[i] == SUPW) && !lost[i] && rpc[i] == 0 ->
        rs[i] = lc(i); rpc[i] = 1; printf("t%d H%d renewal sent | ", now, i) }
 
   /* store.renew, atomic at the store: owner secret and token match, unexpired */
@@ -369,7 +411,7 @@ end:
        orph[i] = 0 }
 
   /* the renewal's answer: the keeper's window, "renewed" / "lost" to the job */
-  :: atomic { rpc[i] >= 2 && hpc[i] == BLK ->
+  :: atomic { rpc[i] >= 2 && (hpc[i] == BLK || hpc[i] == SUPW) ->
        if
        :: rpc[i] == 2 && !lost[i] ->
 #ifdef MUTANT_REPLY_TIME
@@ -386,7 +428,7 @@ end:
        rpc[i] = 0; rs[i] = 0 }
 
   /* the window closes (the keeper's "lost", or lease.check()) */
-  :: atomic { hpc[i] == BLK && !lost[i] && lc(i) >= tu[i] -> lost[i] = 1 }
+  :: atomic { (hpc[i] == BLK || hpc[i] == SUPW) && !lost[i] && lc(i) >= tu[i] -> lost[i] = 1 }
 
   /* the job's own ladder (callbacks, face hooks, os._exit(75)): whenever its
      interpreter gets to it, which may be never */
@@ -469,10 +511,15 @@ end:
 #endif
 /* P6: a conditional break never breaks a grant the operator did not read */
 #define P6 (!badbreak)
+/* P7: a superseding run's block never runs beside the fail-stop holder it
+   replaced (that holder's tree is gone first), unless a whole-host pause
+   carried the old one past its stop (A4: the fence). */
+#define beside(j, i) (hpc[j] == BLK && pol(j) == EXIT && hpc[i] == BLK && supv[i] == j + 1 && !ovr[j])
+#define P7 (!beside(0, 1) && !beside(1, 0))
 
 active proctype Monitor() {
 end:
-  atomic { !(P3 && P4 && P6) -> assert(P3); assert(P4); assert(!badbreak) }
+  atomic { !(P3 && P4 && P6 && P7) -> assert(P3); assert(P4); assert(!badbreak); assert(P7) }
 }
 
 init {

@@ -12,11 +12,13 @@ import pytest
 from lease_integrations import LeaseStore, connect
 
 pytest_plugins = ["servers.redis_server", "servers.redis_topologies", "servers.postgres_server",
-                  "servers.mongo_server"]
+                  "servers.mongo_server", "servers.s3_server"]
 
 #: "redis-cluster" is three Redis masters (servers/redis_topologies.py): the
 #: conformance suite runs on it; the race test adds it in tests/race/conftest.py.
-ALL_STORES = ("memory", "sqlite", "redis", "redis-cluster", "postgres", "mongo")
+#: "s3" is a bucket on moto's S3 server (servers/s3_server.py); the race test
+#: adds it too (the safety suites' TCP proxy does not speak HTTP).
+ALL_STORES = ("memory", "sqlite", "redis", "redis-cluster", "postgres", "mongo", "s3")
 #: Stores that more than one process can share (the memory store cannot).
 SHARED_STORES = ("sqlite", "redis", "postgres", "mongo")
 

@@ -14,6 +14,8 @@ INTERNAL = 5
 UNREADABLE = 6
 #: ``check`` found a violation of a safety rule in the key's history.
 VIOLATION = 7
+#: ``probe`` found that the object store ignores a conditional write.
+CONDITION_IGNORED = 8
 #: The reader closed stdout early (``| head -1``): 128 + SIGPIPE, as a Unix
 #: tool that SIGPIPE ends, and nothing on stderr.
 CLOSED_PIPE = 141

@@ -26,7 +26,8 @@ from .render import (
     unreadable_json,
 )
 
-MARKS = {"acquired": "+", "released": "-", "broken": "!", "lost": "x", "expired": "~"}
+MARKS = {"acquired": "+", "released": "-", "broken": "!", "lost": "x", "expired": "~",
+         "superseded": ">"}
 HEADERS = ("AT (UTC)", "EVENT", "TOKEN", "HOLDER", "DETAIL")
 
 

@@ -84,6 +84,19 @@ class LeaseBusy(LeaseError):
         )
 
 
+class SupersedeRefused(LeaseBusy):
+    """A run asked to supersede the holder and may not: its ``supersede_if``
+    guard refused (a backfill must not displace today's run), or the holder
+    is the asking process itself. The holder is left alone."""
+
+    def __init__(self, key: str, record: LeaseRecord | None, reason: str) -> None:
+        self.reason = reason
+        super().__init__(key, record)
+
+    def _message(self) -> str:
+        return f"{super()._message()}; not superseded: {_printable(self.reason)}"
+
+
 class NotReentrant(LeaseBusy):
     """A block asked for a lease that an enclosing block of the same thread or
     task already holds. Leases are not re-entrant: waiting would wait for
@@ -152,3 +165,18 @@ def _fmt_time(value: datetime | None) -> str:
     if value is None:
         return "an unknown time"
     return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
+class ConditionIgnored(ConfigurationError):
+    """An object store accepted a conditional write's header and ignored it
+    (found by ``core.fencing.probe``): a second ``If-None-Match: *`` or a stale
+    ``If-Match`` overwrote the object. Neither a lease nor a fenced output can
+    be trusted to it, so it is refused before either is written."""
+
+    def __init__(self, store: str, conditions: tuple[str, ...]) -> None:
+        self.store = store
+        self.conditions = conditions
+        super().__init__(
+            f"object store {store} ignores the condition{'s' if len(conditions) > 1 else ''} "
+            f"{', '.join(conditions)}: it overwrote an object the condition protected, so it "
+            "cannot fence writes or keep leases (leasectl probe --url ... checks a store)")

@@ -40,6 +40,7 @@ from .keeper_client import get_keeper, keeps
 from .lease import Lease
 from .record import AcquireResult
 from .store import LeaseStore
+from .supersede_guards import SupersedeGuard, validate_guard
 from .validation import (
     ON_LOST_POLICIES,
     validate_heartbeat,
@@ -160,11 +161,23 @@ class LeaseLock:
         return f"<LeaseLock key={self.key!r} ttl={self.ttl:g} store={self.store.url}>"
 
     # -- sync -------------------------------------------------------------------
-    def acquire(self, wait: float | None = 0, *, meta: Mapping[str, Any] | None = None) -> Lease:
+    def acquire(self, wait: float | None = 0, *, meta: Mapping[str, Any] | None = None,
+                supersede: bool = False, supersede_if: SupersedeGuard | None = None) -> Lease:
         """Take the lease. ``wait=0`` raises ``LeaseBusy`` at once if it is
         held, ``wait=None`` waits forever, ``wait=5.0`` waits up to 5 s.
+        ``supersede=True`` replaces a holder instead (``core/supersede``),
+        if ``supersede_if(holder_meta, new_meta)`` allows it.
         No policy applies: only a ``hold()`` block is stopped on loss."""
-        return self._acquire(wait, meta, armed=False)
+        return self._take(wait, meta, supersede, supersede_if, armed=False)
+
+    def _take(self, wait: float | None, meta: Mapping[str, Any] | None, supersede: bool,
+              guard: SupersedeGuard | None, *, armed: bool) -> Lease:
+        if not supersede:
+            validate_guard(guard, supersede)
+            return self._acquire(wait, meta, armed=armed)
+        from .supersede import supersede_acquire
+
+        return supersede_acquire(self, wait, meta, validate_guard(guard), armed=armed)
 
     def _acquire(self, wait: float | None, meta: Mapping[str, Any] | None, *,
                  armed: bool) -> Lease:
@@ -211,14 +224,17 @@ class LeaseLock:
             )
         return released
 
-    def hold(self, wait: float | None = 0, *, meta: Mapping[str, Any] | None = None) -> Hold:
+    def hold(self, wait: float | None = 0, *, meta: Mapping[str, Any] | None = None,
+             supersede: bool = False, supersede_if: SupersedeGuard | None = None) -> Hold:
         """Run a block under the lease. If the lease is lost while it runs,
         ``on_lost="exit"`` ends the process (see ``failstop``); ``"check"``
         leaves the block running (``lease.lost``, ``lease.check()``). The block
         ends with ``LeaseLost`` whenever the lease was lost, the store refused
-        the release or the trust window closed: never as a success."""
-        return Hold(self, lambda: self._acquire(wait, meta, armed=self._fail_stop),
-                    release=True)
+        the release or the trust window closed: never as a success.
+        ``supersede``, ``supersede_if``: as for ``acquire``."""
+        validate_guard(supersede_if, supersede)
+        return Hold(self, lambda: self._take(wait, meta, supersede, supersede_if,
+                                             armed=self._fail_stop), release=True)
 
     def run_in_subprocess(self, target: Callable[..., Any], args: tuple[Any, ...] = (),
                           kwargs: Mapping[str, Any] | None = None, *,

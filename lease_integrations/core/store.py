@@ -23,7 +23,9 @@ from .errors import CorruptRecord
 from .record import AcquireResult, LeaseRecord, parse_field
 
 T = TypeVar("T")
-EventKind = Literal["acquired", "released", "broken", "lost"]
+#: ``superseded``: a run replaced the holder (``core/supersede``); recorded after
+#: the break, naming the new holder (``detail["by"]``) and its meta.
+EventKind = Literal["acquired", "released", "broken", "lost", "superseded"]
 EVENT_KINDS: frozenset[str] = frozenset(get_args(EventKind))
 
 #: One renewal of a batch: (key, secret, token, ttl).

@@ -39,13 +39,14 @@ STORES: dict[str, str] = {
     "postgres": "lease_integrations.stores.postgres:PostgresStore",
     "mongodb": "lease_integrations.stores.mongo:MongoStore",
     "mongodb+srv": "lease_integrations.stores.mongo:MongoStore",
+    "s3": "lease_integrations.stores.s3:S3Store",
 }
 
 #: extra that installs a store's client library, for the error message
 EXTRAS = {"redis": "redis", "rediss": "redis", "redis+cluster": "redis",
           "rediss+cluster": "redis", "redis+sentinel": "redis", "rediss+sentinel": "redis",
           "postgresql": "postgres",
-          "postgres": "postgres", "mongodb": "mongo", "mongodb+srv": "mongo"}
+          "postgres": "postgres", "mongodb": "mongo", "mongodb+srv": "mongo", "s3": "s3"}
 
 
 #: schemes whose URLs list several hosts (``host:port,host:port``): the store

@@ -92,6 +92,7 @@ def test_example_dags_import_cleanly(airflow_home: Path) -> None:
 
     expected = {"nightly_billing.py": {"nightly_billing"},
                 "fenced_ledger.py": {"fenced_ledger"},
+                "fenced_export.py": {"fenced_export"},
                 "shared_warehouse_key.py": {"warehouse_hourly_load", "warehouse_weekly_rebuild"}}
     for name, dag_ids in expected.items():
         bag = DagBag(dag_folder=str(EXAMPLES / name))

@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 import pytest
-from api_server import ApiServer, free_port, running
+from api_server import ApiServer, free_port, poll, running
 from security.url_typos import typos
 
 from lease_integrations import connect
@@ -151,6 +151,9 @@ def test_a_dag_restricted_admin_breaks_and_learns_nothing_of_another_dag(
     shared, fresh = f"shared-{kind}-{tmp_path.name}", f"fresh-{kind}-{tmp_path.name}"
     takers = Takers(url, tmp_path)
     shared_out, fresh_out = takers.start("shared", shared), takers.start("fresh", fresh)
+    # The race's seconds count from when both takers are taking: on a loaded
+    # machine their start (an interpreter, a store client) took longer than the race.
+    poll(lambda: grants(shared_out) and grants(fresh_out), "the takers' first grants", 120)
     answers: list[tuple[str, int, str]] = []
     lock = threading.Lock()
 

@@ -13,6 +13,7 @@ from lease_integrations import LeaseLock, StaleToken, connect
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "example_flows"))
 
+import fenced_export
 import fenced_write
 import nightly_batch
 import per_tenant
@@ -44,3 +45,17 @@ def test_fenced_write_refuses_a_stale_token(lease_url: str, tmp_path: Path) -> N
     conn.execute("ROLLBACK")
     assert conn.execute("SELECT token FROM ledger ORDER BY token").fetchall() == [(first,),
                                                                                   (second,)]
+
+
+def test_fenced_export_publishes_its_output_for_its_token(lease_url: str, s3_url: str) -> None:
+    from lease_integrations.core.fencing import FencedOutput, ObjectFence
+
+    first = fenced_export.export_billing(s3_url)
+    second = fenced_export.export_billing(s3_url)
+    assert second > first
+    output = ObjectFence(s3_url).read()
+    assert output == FencedOutput(second, {"billing.csv": b"customer,amount\nacme,120\nglobex,80\n",
+                                           "_SUCCESS": f"token {second}\n".encode()})
+    with pytest.raises(StaleToken):  # the first run's holder waking up late
+        ObjectFence(s3_url).commit(first, {"billing.csv": b"stale"})
+    assert ObjectFence(s3_url).read() == output

@@ -2,9 +2,10 @@
 and every mutant of it must yield a counterexample trail that breaks the
 property the mutant is about.
 
-Two configurations of the one model keep the search small: ``clocks``
-(drift, pauses, the keeper's stop; no store faults, 7 ticks) and ``faults``
-(one break, conditional break, data loss or failover; 4 ticks). Mutants are
+Three configurations of the one model keep the search small: ``clocks``
+(drift, pauses, the keeper's stop; no store faults, 7 ticks), ``faults``
+(one break, conditional break, data loss or failover; 4 ticks) and
+``supersede`` (one supersede, with drift and pauses; 5 ticks). Mutants are
 searched breadth-first, so each trail is a shortest one; the test prints it
 as one line (the model's printf events). See docs/concepts/proof.md.
 """
@@ -24,6 +25,7 @@ MODEL = Path(__file__).resolve().parents[2] / "proof" / "lease.pml"
 CONFIGS = {
     "clocks": ["-DHORIZON=7", "-DMAXFAULTS=0"],
     "faults": ["-DHORIZON=4", "-DMAXFAULTS=1"],
+    "supersede": ["-DHORIZON=5", "-DMAXFAULTS=0", "-DMAXSUP=1"],
 }
 #: mutant defines -> (the configuration that exposes it, the property it breaks)
 MUTANTS = {
@@ -42,6 +44,8 @@ MUTANTS = {
     "MUTANT_RELEASE_ERROR_OK": ("faults", "P5"),
     "MUTANT_KEEP_NO_CONFIRM": ("faults", "P5"),
     "MUTANT_BREAK_NO_TOKEN": ("faults", "P6"),
+    "MUTANT_SUPERSEDE_NO_WAIT": ("supersede", "P7"),
+    "MUTANT_SUPERSEDE_SHORT_WAIT": ("supersede", "P7"),
 }
 #: the text pan prints for each property's assertion -> its name
 PROPERTY_OF = {
@@ -51,6 +55,7 @@ PROPERTY_OF = {
     "&&gone[0])": "P4",
     "!(ok)||": "P5",
     "badbreak": "P6",
+    "supv[": "P7",
 }
 #: exhaustive search (-DSAFETY: assertions and end states), memory bounded
 CC_FLAGS = ["-DSAFETY", "-DVECTORSZ=256", "-DMEMLIM=1024"]

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-RACE_STORES = ("sqlite", "redis", "postgres", "mongo", "redis-cluster")
+RACE_STORES = ("sqlite", "redis", "postgres", "mongo", "redis-cluster", "s3")
 
 
 @pytest.fixture(params=RACE_STORES)

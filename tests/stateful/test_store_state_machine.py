@@ -357,6 +357,8 @@ def delete_lease_row(store: LeaseStore, url: str, key: str) -> None:
             db.execute(f"DELETE FROM {store.table} WHERE key = %s", (key,))  # type: ignore[attr-defined]
     elif kind.startswith("mongo"):
         store._collection().delete_one({"_id": key})  # type: ignore[attr-defined]
+    elif kind == "s3":
+        store._bucket.delete(store._name(key))  # type: ignore[attr-defined]
     else:
         raise AssertionError(f"no way to delete a lease row of {store.url}")
 
