@@ -8,7 +8,7 @@ token all or nothing, and refuses a token older than the one that last
 committed (``StaleToken``: the task fails, the newer output stays whole).
 Readers follow the manifest: ``ObjectFence(EXPORT_URL).read()``.
 
-Run it: ``pip install 'lease_integrations[airflow,s3]'``, set ``EXPORT_URL``
+Run it: ``pip install -e '<checkout>[airflow,s3]'``, set ``EXPORT_URL``
 (``s3://your-bucket/exports/billing``; credentials and endpoint the way
 boto3 takes them), copy this file into your DAGs folder, then
 ``airflow dags test fenced_export``.

@@ -7,7 +7,7 @@ makes the bucket refuse its output: ``commit`` raises ``StaleToken`` when a
 newer token has committed, and the newer output stays whole. Readers follow
 the manifest (``ObjectFence(url).read()``), never a half-written set of files.
 
-    pip install 'lease_integrations[prefect,s3]'
+    pip install -e '<checkout>[prefect,s3]'
     python fenced_export.py s3://your-bucket/exports/billing
 """
 

@@ -49,15 +49,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from .console.render import escape
 from .core.config import mask_url, resolve_url
 from .core.errors import ConfigurationError, CorruptRecord, LeaseError, StoreUnavailable
-from .core.redact import redact
+from .core.redact import redact, remember, url_secrets
 from .core.store import HISTORY_LIMIT, LeaseStore
 from .core.validation import validate_key
 
@@ -85,6 +89,55 @@ exit codes:
   7  check found a violation in the key's history
   8  probe found a condition the object store ignores
 """
+
+
+#: A URL inside an argument (``redis://…``, also glued: ``--store=redis://…``).
+_URL_IN_ARGUMENT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S*")
+
+
+@contextmanager
+def mask_url_arguments(argv: Sequence[str]) -> Iterator[None]:
+    """Remember the secrets of every URL in the arguments, whatever their
+    position, so every message masks them: argparse quotes an argument it
+    cannot place (``leasectl URL list``, ``leasectl --ulr URL list``),
+    ``list URL`` echoes its prefix on stdout. ``_Parser`` and ``_error``
+    print only through ``redact``, and while an argument that held a secret
+    is in use stdout goes through it too (restored afterwards: ``main`` is
+    also called in process)."""
+    held = False
+    for argument in argv:
+        for found in _URL_IN_ARGUMENT.finditer(str(argument)):
+            remember(found.group(0))
+            held = held or bool(url_secrets(found.group(0)))
+    original = sys.stdout
+    if held:
+        sys.stdout = _Redacting(original)
+    try:
+        yield
+    finally:
+        sys.stdout = original
+
+
+class _Redacting:
+    """A text stream whose writes go through ``redact``; the rest is the stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose every message (usage errors, help) goes out through
+    ``redact``; its subcommand parsers are of the same class."""
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        super()._print_message(redact(message), file)
 
 
 def _positive(text: str) -> int:
@@ -124,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Accepted before or after the command; SUPPRESS keeps the command's parser
     # from overwriting a value given before it.
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--url", default=argparse.SUPPRESS,
                         help="store URL (default: $LEASE_STORE_URL, else the embedded SQLite file)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
@@ -135,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--prefect-block", default=argparse.SUPPRESS, metavar="NAME",
                         help="use the store of this Prefect LeaseStoreBlock (store='block:NAME')")
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="leasectl", description="Inspect and break lease_integrations leases.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=None,
@@ -232,15 +285,17 @@ def airflow_connection_url(conn_id: str) -> str:
     if not conn_id.strip():
         raise ConfigurationError(f"--airflow-conn needs a connection id, got {conn_id!r}")
     try:
-        from .airflow import _compat  # noqa: F401  (imports Airflow)
+        with _without_airflow_deprecations():
+            from .airflow import _compat  # noqa: F401  (imports Airflow)
     except ImportError as exc:
         raise ConfigurationError(
             f"--airflow-conn {conn_id!r} needs Airflow installed in this environment "
-            f"(pip install 'lease_integrations[airflow]'): {exc}") from None
+            f"(from the checkout: pip install -e '<checkout>[airflow]'): {exc}") from None
     from .airflow.connections import NoSuchConnection, console_store_url
 
     try:
-        return console_store_url(conn_id)
+        with _without_airflow_deprecations():
+            return console_store_url(conn_id)
     except NoSuchConnection as missing:
         where = ", ".join(missing.searched) or "no secrets backend"
         failed = f"; {'; '.join(missing.failures)}" if missing.failures else ""
@@ -250,6 +305,23 @@ def airflow_connection_url(conn_id: str) -> str:
             f"--airflow-conn {conn_id!r}: no such Airflow connection{fallback}; looked in "
             f"{where} (AIRFLOW_HOME={os.environ.get('AIRFLOW_HOME', '~/airflow')}){failed}. "
             "Check the id and AIRFLOW_HOME, or give the store with --url") from None
+
+
+@contextmanager
+def _without_airflow_deprecations() -> Iterator[None]:
+    """Airflow's deprecation warnings about its own settings (2.11: "Timer and
+    timing metrics publish in seconds were deprecated", twice) are not the
+    console's business and were printed on every ``--airflow-conn`` call.
+    Airflow adds filters that show them unless ``sys.warnoptions`` is set, so
+    that is set too, for the import only."""
+    sys.warnoptions.append("ignore::DeprecationWarning")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", PendingDeprecationWarning)
+            yield
+    finally:
+        sys.warnoptions.remove("ignore::DeprecationWarning")
 
 
 def prefect_block_url(name: str) -> str:
@@ -262,7 +334,7 @@ def prefect_block_url(name: str) -> str:
     except ImportError as exc:
         raise ConfigurationError(
             f"--prefect-block {name!r} needs Prefect installed in this environment "
-            f"(pip install 'lease_integrations[prefect]'): {exc}") from None
+            f"(from the checkout: pip install -e '<checkout>[prefect]'): {exc}") from None
     try:
         block = LeaseStoreBlock.load(name)
     except ValueError as exc:  # Prefect's "unable to find block document"
@@ -294,6 +366,12 @@ def open_store(url: str | None, airflow_conn: str | None = None,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    with mask_url_arguments(argv):
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     from .console import exits
 
     parser = build_parser()
@@ -307,6 +385,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return probed
         store = open_store(args.url, args.airflow_conn, args.prefect_block,
                            create=getattr(args, "creates_store", False))
+        if args.url is None and args.airflow_conn is None and args.prefect_block is None:
+            _say_which_store(store)
         try:
             code: int = args.run(store, args)
             sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
@@ -336,6 +416,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(redact(traceback.format_exc()), file=sys.stderr, end="")
         _error(f"unexpected error ({type(exc).__name__}): {exc}")
         return exits.INTERNAL
+
+
+def _say_which_store(store: LeaseStore) -> None:
+    """In an Airflow environment (``$AIRFLOW_HOME`` set) with no store given,
+    say on stderr which store this is and how to read the tasks' one: their
+    ``lease_default`` Connection comes first for them, and a ``list`` of the
+    embedded file while the tasks use Redis looked like "nothing is held"."""
+    if not os.environ.get("AIRFLOW_HOME"):
+        return
+    origin = "$LEASE_STORE_URL" if os.environ.get("LEASE_STORE_URL") else "the embedded default"
+    _error(f"reading {store.url} ({origin}); Airflow tasks read the Connection "
+           f"{AIRFLOW_DEFAULT_CONN!r} first when it exists: --airflow-conn {AIRFLOW_DEFAULT_CONN} "
+           "reads their store (or --url URL another)")
 
 
 def _closed_pipe() -> int:

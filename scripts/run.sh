@@ -27,7 +27,8 @@ case "$cmd" in
   setup)
     # ./run setup: everything ./run test needs. ./run setup airflow|prefect: only
     # .venv and that face's environment (newest release, with the [test] extra);
-    # no servers, browser or other environments.
+    # no servers, browser or other environments. ./run setup airflow-2.11 (any
+    # line of constraints/release-days.txt): that release as its users install it.
     case "${1:-all}" in
       all)
         ensure_core_env; ensure_servers; ensure_browser; ensure_mongo_env; ensure_airflow_env; ensure_prefect_env
@@ -35,11 +36,16 @@ case "$cmd" in
         ;;
       airflow) ensure_airflow_env; echo "Airflow environment: .venv-airflow (.venv-airflow/bin/airflow)" >&2 ;;
       prefect) ensure_prefect_env; echo "Prefect environment: .venv-prefect (.venv-prefect/bin/prefect)" >&2 ;;
-      *) echo "usage: ./run setup [airflow | prefect]" >&2; exit 2 ;;
+      airflow-*|prefect-*)
+        face="${1%%-*}"; minor="${1#*-}"
+        ensure_minor_env "$face" "$minor" || {
+          echo "known: $(minor_lines | tr ' ' '-' | tr '\n' ' ')" >&2; exit 2; }
+        echo "$face $minor environment: $(minor_env "$face" "$minor") ($(minor_env "$face" "$minor")/bin/$face)" >&2 ;;
+      *) echo "usage: ./run setup [airflow | prefect | airflow-2.11 | FACE-MINOR]" >&2; exit 2 ;;
     esac
     ;;
   *)
-    echo "usage: ./run demo | test | bench | docs | setup [airflow | prefect]" >&2
+    echo "usage: ./run demo | test | bench | docs | setup [airflow | prefect | airflow-2.11]" >&2
     exit 2
     ;;
 esac

@@ -32,7 +32,13 @@ PASSTHROUGH: dict[str, tuple[str, ...]] = {
     "sqlite": ("timeout",),
 }
 ALIASES = {"postgresql": "postgres", "mongodb": "mongo", "rediss": "redis"}
-TRUE = ("1", "true", "yes", "on")
+#: How a flag extra (``ssl``, ``srv``) may be written: the spellings Airflow
+#: reads as true or false (``airflow.utils.strings.to_boolean``: case and
+#: surrounding spaces ignored), JSON true/false, and the numbers 1 and 0
+#: (which Airflow's providers pass on to their clients as true and false).
+#: Anything else is refused: a typo must not silently mean "no TLS".
+TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
+FALSE = frozenset({"0", "false", "f", "no", "n", "off", ""})
 
 
 class ConnectionLike(Protocol):
@@ -57,22 +63,26 @@ def store_url_from_connection(conn: ConnectionLike) -> str:
         return _sqlite_url(conn, extra)
     if kind == "redis":
         db = extra.get("db", conn.schema or 0)
-        scheme = "rediss" if _flag(extra.get("ssl")) or conn.conn_type == "rediss" else "redis"
+        scheme = "rediss" if _flag(conn, extra, "ssl") or conn.conn_type == "rediss" else "redis"
         return _network_url(scheme, conn, f"/{db}", _options(kind, conn, extra))
     if kind == "postgres":
         path = f"/{quote(conn.schema, safe='')}" if conn.schema else ""
         return _network_url("postgresql", conn, path, _options(kind, conn, extra))
     if kind == "mongo":
-        srv = _flag(extra.get("srv"))
+        srv = _flag(conn, extra, "srv")
         options = _options(kind, conn, extra)
-        if _flag(extra.get("ssl")) and "tls" not in options:
+        if _flag(conn, extra, "ssl") and "tls" not in options:
             options["tls"] = "true"
         path = f"/{quote(conn.schema, safe='')}" if conn.schema else ""
         return _network_url("mongodb+srv" if srv else "mongodb", conn, path, options,
                             with_port=not srv)
+    generic = (" (Airflow's CLI stores 'generic' when --conn-type names a type no installed "
+               "provider registers, as 'redis' on Airflow 2.11 without the Redis provider: add "
+               "it with --conn-json '{\"conn_type\": \"redis\", \"host\": ...}', which keeps "
+               "the type)") if kind in ("generic", "") else ""
     raise ConfigurationError(
         f"connection {conn.conn_id!r} has type {conn.conn_type!r}; a lease store connection "
-        "must be of type redis, postgres, mongo or sqlite"
+        f"must be of type redis, postgres, mongo or sqlite{generic}"
     )
 
 
@@ -126,8 +136,18 @@ def _options(kind: str, conn: ConnectionLike, extra: Mapping[str, Any]) -> dict[
     return options
 
 
-def _flag(value: object) -> bool:
-    return value is True or (isinstance(value, str) and value.lower() in TRUE)
+def _flag(conn: ConnectionLike, extra: Mapping[str, Any], name: str) -> bool:
+    """The flag extra ``name``: absent or null is false; see ``TRUE``/``FALSE``."""
+    value = extra.get(name)
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if type(value) is int and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in TRUE | FALSE:
+        return value.strip().lower() in TRUE
+    raise ConfigurationError(
+        f"extra {name!r} of connection {conn.conn_id!r} must be true or false (also: yes/no, "
+        f"on/off, 1/0, t/f, y/n), got {value!r}")
 
 
 def _text(value: object) -> str:

@@ -179,7 +179,9 @@ def event_detail(event: LeaseEvent) -> str:
         return f"by={detail.get('by', '?')}"
     if event.kind == "lost":
         return str(detail.get("reason", ""))
-    return " ".join(f"{k}={v}" for k, v in sorted(detail.items()))
+    # A release carries its grant's meta only to say whose it is (the grant's
+    # line shows it already).
+    return " ".join(f"{k}={v}" for k, v in sorted(detail.items()) if k != "meta")
 
 
 def event_json(event: LeaseEvent) -> dict[str, Any]:

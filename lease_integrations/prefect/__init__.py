@@ -9,7 +9,7 @@
 Each run emits Prefect events for its lease (``lease-integrations.lease.acquired``,
 ``.busy``, ``.lost``, ``.released``; ``lease_integrations.prefect.events``).
 
-Needs ``prefect>=3.4`` (``pip install 'lease_integrations[prefect]'``), each minor tested as
+Needs ``prefect>=3.4`` (``pip install -e '<checkout>[prefect]'``), each minor tested as
 installed with its release's dependencies; Prefect 3.4 resolved fresh needs ``fastapi<0.121``
 pinned beside it (docs/development.md, support matrix).
 """

@@ -131,8 +131,8 @@ def connect(url: str | None = None, **options: Any) -> LeaseStore:
         except ImportError as exc:
             extra = EXTRAS.get(scheme, scheme)
             raise ConfigurationError(
-                f"the {scheme}:// store needs an extra package: pip install "
-                f"'lease_integrations[{extra}]' ({exc})"
+                f"the {scheme}:// store needs an extra package: from the checkout, "
+                f"pip install -e '<checkout>[{extra}]' ({exc})"
             ) from None
         store_class = getattr(module, class_name)
         store: LeaseStore = store_class.from_url(resolved, **options)

@@ -122,7 +122,7 @@ class MemoryStore(LeaseStore):
             if row is None or row.holder is None or row.secret != secret or row.token != token:
                 return False
             holder, row.holder, row.secret = row.holder, None, None
-            self._event(row, key, "released", holder, now)
+            self._event(row, key, "released", holder, now, {"meta": dict(row.meta)})
             self._cond.notify_all()
             return True
 
@@ -146,7 +146,7 @@ class MemoryStore(LeaseStore):
                 return None
             before = self._record(key, row, now, mono)
             row.holder = row.secret = None
-            self._event(row, key, "broken", before.holder, now, {"by": by})
+            self._event(row, key, "broken", before.holder, now, {"by": by, "meta": dict(row.meta)})
             self._cond.notify_all()
             return before
 

@@ -63,7 +63,7 @@ COLLECTION_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,99}")
 DEFAULT_TIMEOUTS_MS = {"serverSelectionTimeoutMS": 5000, "connectTimeoutMS": 5000,
                        "socketTimeoutMS": 5000}
 #: Reads of records leave the history array on the server.
-NO_HISTORY = {hist.FIELD: 0}
+NO_HISTORY = {hist.FIELD: 0, hist.META_TEXT: 0}
 
 #: Clients a forked child inherited: never used nor closed there.
 _INHERITED: list[Any] = []
@@ -236,6 +236,9 @@ class MongoStore(LeaseStore):
             "acquired_at": "$$NOW", "renewed_at": "$$NOW",
             "expires_at": {"$add": ["$$NOW", int(ttl * 1000)]},
             "meta": {"$literal": meta_doc},
+            # The meta as JSON text too, for the release's and break's events
+            # (a pipeline cannot write a sub-document as JSON text).
+            hist.META_TEXT: hist.as_json(meta_doc),
             # Read from the document as it was (one stage sees its input): a
             # holder still named here expired while held and is taken over.
             TOOK_OVER_TMP: hist.TOOK_OVER_OF_DOC,
@@ -266,7 +269,7 @@ class MongoStore(LeaseStore):
     def release(self, key: str, secret: str, token: int) -> bool:
         # The first stage records the holder before the second clears it.
         update = [{"$set": {hist.FIELD: hist.append(
-                      "released", str(int(token)), hist.HOLDER_OF_DOC, {})}},
+                      "released", str(int(token)), hist.HOLDER_OF_DOC, {}, hist.meta_of_doc(""))}},
                   {"$set": {"holder": None, "secret": None}}]
         result = self._call(lambda c: c.update_one(
             {"_id": key, "secret": secret, "token": token}, update))
@@ -287,7 +290,8 @@ class MongoStore(LeaseStore):
         if token is not None:
             match.update(token=int(token), holder={"$ne": None})
         update = [{"$set": {hist.FIELD: hist.append(
-                      "broken", hist.TOKEN_OF_DOC, hist.HOLDER_OF_DOC, {"by": by}),
+                      "broken", hist.TOKEN_OF_DOC, hist.HOLDER_OF_DOC, {"by": by},
+                      hist.meta_of_doc(",")),
                     "broken": {"holder": "$holder", "at": "$$NOW", "by": {"$literal": by}}}},
                   {"$set": {"holder": None, "secret": None}}]
         doc = self._call(lambda c: c.find_one_and_update(

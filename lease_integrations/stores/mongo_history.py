@@ -68,6 +68,19 @@ TOOK_OVER_OF_DOC = {"$cond": [
     {"$concat": [',"took_over":{"token":', TOKEN_OF_DOC, ',"holder":', HOLDER_OF_DOC, "}"]}]}
 
 
+#: The document's field that keeps its grant's meta as JSON text.
+META_TEXT = "meta_text"
+
+
+def meta_of_doc(separator: str) -> dict[str, Any]:
+    """Pipeline expression: ``<separator>"meta":<the grant's meta>`` for a
+    ``detail_tail``, or nothing for a document written before ``META_TEXT``
+    was. A release or break event carries its grant's meta, which places it
+    in its DAG on the Leases page once the ``acquired`` event is trimmed."""
+    return {"$cond": [{"$eq": [{"$type": f"${META_TEXT}"}, "string"]},
+                      {"$concat": [separator + '"meta":', f"${META_TEXT}"]}, ""]}
+
+
 def append(kind: str, token: Any, holder: Any, detail: Mapping[str, Any],
            detail_tail: Any = None) -> dict[str, Any]:
     """Pipeline expression: the history with one event appended, capped.

@@ -268,7 +268,8 @@ WHERE l.key = b.key AND l.secret = b.secret AND l.holder IS NOT NULL AND l.token
 RETURNING b.i
 """
 
-# The event names the public holder as the statement's snapshot shows it: the
+# The event names the public holder and the grant's meta (which places it in
+# its DAG on the Leases page) as the statement's snapshot shows them: the
 # row the secret matched (only that secret's own calls change the row between
 # the snapshot and the update, and they never change the holder).
 RELEASE = """
@@ -279,7 +280,9 @@ WITH r AS (
 ),
 ev AS (
     INSERT INTO {e} (key, kind, token, holder, at, detail)
-    SELECT r.key, 'released', r.token, o.holder, clock_timestamp(), '{{}}'
+    SELECT r.key, 'released', r.token, o.holder, clock_timestamp(),
+           CASE WHEN jsonb_typeof(o.meta) = 'object' THEN jsonb_build_object('meta', o.meta)
+                ELSE '{{}}' END
     FROM r JOIN {t} o ON o.key = r.key
 )
 SELECT pg_notify({channel}, key) FROM r
@@ -301,7 +304,10 @@ b AS (
 ),
 ev AS (
     INSERT INTO {{e}} (key, kind, token, holder, at, detail)
-    SELECT key, 'broken', token, holder, now.t, jsonb_build_object('by', %(by)s::text) FROM b, now
+    SELECT key, 'broken', token, holder, now.t,
+           CASE WHEN jsonb_typeof(meta) = 'object'
+                THEN jsonb_build_object('by', %(by)s::text, 'meta', meta)
+                ELSE jsonb_build_object('by', %(by)s::text) END FROM b, now
 )
 SELECT {COLUMNS}, now.t, pg_notify(%(channel)s, key)::text FROM b, now
 """

@@ -154,11 +154,17 @@ return table.concat(out)
 
 #: KEYS: rec, log, wake, waiting. ARGV: secret, token. Returns 1 when
 #: released, and wakes the next waiter in the same step if one may wait.
+#: The event carries the grant's meta, as the break's does: it places the
+#: event in its DAG on the Leases page once the ``acquired`` event is trimmed.
 RELEASE = _PRELUDE + """
-local f = redis.call('HMGET', KEYS[1], 'secret', 'token', 'holder')
+local f = redis.call('HMGET', KEYS[1], 'secret', 'token', 'holder', 'meta')
 if f[1] ~= ARGV[1] or f[2] ~= ARGV[2] or not f[3] then return 0 end
 redis.call('HDEL', KEYS[1], 'holder', 'secret')
-""" + _XADD + """'kind', 'released', 'token', ARGV[2], 'holder', f[3])
+if f[4] then
+  """ + _XADD + """'kind', 'released', 'token', ARGV[2], 'holder', f[3], 'meta', f[4])
+else
+  """ + _XADD + """'kind', 'released', 'token', ARGV[2], 'holder', f[3])
+end
 if redis.call('EXISTS', KEYS[4]) == 1 then wake() end
 return 1
 """
@@ -172,11 +178,10 @@ local before = record((clock()))
 if not before then return false end
 if ARGV[2] ~= '' and (before[3] ~= ARGV[2] or not before[2]) then return false end
 redis.call('HDEL', KEYS[1], 'holder', 'secret')
-if before[2] then
-  """ + _XADD + """'kind', 'broken', 'token', before[3], 'holder', before[2], 'by', ARGV[1])
-else
-  """ + _XADD + """'kind', 'broken', 'token', before[3], 'by', ARGV[1])
-end
+local fields = {'kind', 'broken', 'token', before[3], 'by', ARGV[1]}
+if before[2] then table.insert(fields, 'holder'); table.insert(fields, before[2]) end
+if before[8] then table.insert(fields, 'meta'); table.insert(fields, before[8]) end
+""" + _XADD + """unpack(fields))
 wake()
 return before
 """

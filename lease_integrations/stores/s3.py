@@ -260,7 +260,10 @@ class S3Store(LeaseStore):
             if stored is None or body is None or body.holder is None \
                     or body.secret != _hash(secret) or body.token != token:
                 return False
-            events = body.with_event("released", body.token, body.holder, body.stamp(date))
+            # The grant's meta goes with the release, as with the break: it
+            # places the event once its ``acquired`` event is trimmed.
+            events = body.with_event("released", body.token, body.holder, body.stamp(date),
+                                     {"meta": dict(body.meta)})
             if self._write(key, replace(body, holder=None, secret=None, events=events), stored):
                 return True
         raise StoreUnavailable(f"release of {key!r} kept meeting other writers", url=self.url)
@@ -282,7 +285,8 @@ class S3Store(LeaseStore):
             if token is not None and (body.token != token or body.holder is None):
                 return None
             before = self._record(key, stored, body)
-            events = body.with_event("broken", body.token, body.holder, body.stamp(date), {"by": by})
+            events = body.with_event("broken", body.token, body.holder, body.stamp(date),
+                                     {"by": by, "meta": dict(body.meta)})
             if self._write(key, replace(body, holder=None, secret=None, events=events), stored):
                 return before
         raise StoreUnavailable(f"break of {key!r} kept meeting other writers", url=self.url)

@@ -221,11 +221,15 @@ WHERE key = :key AND secret = :secret AND holder IS NOT NULL AND token = :token
   AND expires_at > {NOW}
 """
 # Release: the event is written first, from the row the secret matches (so
-# it names the public holder, and its row count says whether the caller owns
+# it names the public holder and the grant's meta, which places the event in
+# its DAG on the Leases page, and its row count says whether the caller owns
 # the lease), then the row is released: two statements, not a read and two.
 RELEASED = f"""
 INSERT INTO lease_events (key, kind, token, holder, at, detail)
-SELECT key, 'released', token, holder, {NOW}, '{{}}' FROM leases
+SELECT key, 'released', token, holder, {NOW},
+       CASE WHEN NOT json_valid(meta) THEN '{{}}'
+            WHEN json_type(meta) = 'object' THEN '{{"meta": ' || meta || '}}' ELSE '{{}}' END
+FROM leases
 WHERE key = ? AND secret = ? AND holder IS NOT NULL AND token = ?
 """
 RELEASE = "UPDATE leases SET holder = NULL, secret = NULL WHERE key = ?"
@@ -522,7 +526,8 @@ class SqliteStore(LeaseStore):
             if token is not None and (before.token != token or before.holder is None):
                 return None
             conn.execute(BREAK, (key,))
-            self._add_event(conn, key, "broken", before.token, before.holder, {"by": by})
+            self._add_event(conn, key, "broken", before.token, before.holder,
+                            {"by": by, "meta": before.meta})
             return before
 
     def history(self, key: str, limit: int = 50) -> builtins.list[LeaseEvent]:

@@ -75,6 +75,42 @@ def test_unusable_connection_is_a_configuration_error(connection: Connection, na
     assert named in str(info.value)
 
 
+#: Spellings of a TLS flag that Airflow reads as true (``airflow.utils.strings.
+#: to_boolean``, and the JSON true and 1 its providers pass on as true) or false.
+TLS_ON = [True, 1, "true", "True", "TRUE", "t", "yes", "y", "on", "1", " yes ", "YES\n"]
+TLS_OFF = [False, 0, "false", "False", "f", "no", "n", "off", "0", "", None]
+
+
+@pytest.mark.parametrize("value", TLS_ON)
+def test_a_tls_flag_that_airflow_reads_as_true_means_tls(value: object) -> None:
+    """Issue 40, finding 3: ``1`` (a JSON number) and ``"yes "`` meant no TLS."""
+    assert store_url_from_connection(conn("redis", host="h", password="pw",
+                                          extra={"ssl": value})).startswith("rediss://")
+    mongo = store_url_from_connection(conn("mongo", host="h", extra={"ssl": value}))
+    assert "tls=true" in mongo
+    assert store_url_from_connection(
+        conn("mongo", host="h", extra={"srv": value})).startswith("mongodb+srv://")
+
+
+@pytest.mark.parametrize("value", TLS_OFF)
+def test_a_tls_flag_that_airflow_reads_as_false_means_none(value: object) -> None:
+    assert store_url_from_connection(conn("redis", host="h", password="pw",
+                                          extra={"ssl": value})).startswith("redis://")
+    assert "tls" not in store_url_from_connection(conn("mongo", host="h", extra={"ssl": value}))
+
+
+@pytest.mark.parametrize("value", ["ture", "yes please", "enabled", 2, -1, 0.5, [True], {"on": 1}])
+@pytest.mark.parametrize(("conn_type", "field"), [("redis", "ssl"), ("mongo", "ssl"), ("mongo", "srv")])
+def test_any_other_tls_flag_is_refused_naming_field_and_value(
+        value: object, conn_type: str, field: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        store_url_from_connection(conn(conn_type, host="h", password="s3cret-pw",
+                                       extra={field: value}))
+    message = str(info.value)
+    assert f"extra {field!r}" in message and repr(value) in message and "lease_default" in message
+    assert "s3cret-pw" not in message
+
+
 def as_airflow_conn(url: str, conn_type: str) -> str:
     """A Connection as a user would fill in the form (host, port, login, ...)."""
     parts = urlsplit(url)

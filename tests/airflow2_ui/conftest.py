@@ -54,3 +54,21 @@ def store(webserver: Webserver2) -> Iterator[LeaseStore]:
 @pytest.fixture
 def key() -> str:
     return f"ui2-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="module")
+def guarded(webserver: Webserver2) -> Iterator[LeaseStore]:
+    """For one module, ``lease_default`` names a password-protected Redis
+    (``guarded_redis.py``): the store the page then reads, opened for the
+    test. The SQLite Connection comes back afterwards."""
+    from guarded_redis import guarded_redis
+
+    with guarded_redis() as (_, url):
+        webserver.set_connection(url)
+        webserver.guarded_url = url  # type: ignore[attr-defined]  # to point back to it
+        store = connect(url)
+        try:
+            yield store
+        finally:
+            store.close()
+            webserver.set_connection(webserver.store_uri)

@@ -24,8 +24,12 @@ def browser() -> Iterator[Browser]:
 
 def test_a_breaker_finds_the_key_under_browse_leases_and_breaks_it(
         webserver: Webserver2, browser: Browser, store: LeaseStore, key: str) -> None:
+    # A row as a scheduled task writes it: a long key, run id and holder name.
+    key = f"airflow/billing/charge_customers_for_every_region-{key}"
     taken = store.acquire(key, "worker-7:311:00000000000000c1", "s3cret", 600,
-                          {"dag_id": "billing", "run_id": "live", "task_id": "charge"})
+                          {"dag_id": "billing", "run_id": "scheduled__2026-12-04T02:00:00+00:00",
+                           "task_id": "charge_customers_for_every_region", "try_number": 1,
+                           "host": "airflow-worker-7.prod.example.internal", "pid": 311})
     assert taken.granted and taken.record is not None
     sign_in(browser, webserver.base, "breaker", webserver.passwords["breaker"])
     text = open_leases(browser, key)
@@ -40,6 +44,11 @@ def test_a_breaker_finds_the_key_under_browse_leases_and_breaks_it(
     print(f"\nscreenshot: {shot}")
     assert shot.stat().st_size > 10_000
 
+    # At the browser's 1,400 px the Break… button is on screen, not pushed past the edge.
+    overflow = browser.evaluate(
+        "document.querySelector('.lease-page a.danger').getBoundingClientRect().right"
+        " - document.documentElement.clientWidth")
+    assert overflow <= 0, f"the Break… button ends {overflow} px past the window's edge"
     click(browser, "document.querySelector('.lease-page a.danger')", "the Break… button")
     browser.wait_for(f"{PAGE_TEXT}.includes('Break token {taken.record.token} now')", "the confirm page")
     click(browser, "document.querySelector('.lease-page button.danger')", "the confirm button")

@@ -67,3 +67,23 @@ def test_airflow_conn_reads_the_connection_the_tasks_use(tmp_path: Path, key: st
     # The console names its own flag, not the operator's parameter.
     assert "--airflow-conn 'no_such_conn': no such Airflow connection" in missing.stderr
     assert "lease_conn_id" not in missing.stderr
+
+
+def test_in_an_airflow_environment_leasectl_says_which_store_it_reads(
+        leasectl: Leasectl, tmp_path: Path) -> None:
+    """With ``$AIRFLOW_HOME`` set and no store given, ``leasectl list`` read
+    the embedded file while the tasks used their Redis Connection, and said
+    nothing (issue 40): now every such run names its store and the flag that
+    reads the tasks' one. Nothing is said when a store is given."""
+    home = tmp_path / "airflow"
+    (home / "lease_integrations").mkdir(parents=True)
+    with connect(f"sqlite://{home}/lease_integrations/leases.db") as store:
+        store.list()  # makes the embedded file
+    result = leasectl("list", env={"AIRFLOW_HOME": str(home)})
+    assert result.code == 0, result
+    assert f"reading sqlite://{home}/lease_integrations/leases.db (the embedded default)" \
+        in result.err, result.err
+    assert "--airflow-conn lease_default" in result.err
+    given = leasectl("--url", f"sqlite://{home}/lease_integrations/leases.db", "list",
+                     env={"AIRFLOW_HOME": str(home)})
+    assert given.code == 0 and given.err == "", given

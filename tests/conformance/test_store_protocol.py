@@ -513,6 +513,21 @@ def test_history_records_grants_releases_breaks_and_losses(store: LeaseStore, ke
     assert all(e.key == key and e.at.tzinfo is not None for e in events)
     assert [e.at for e in events] == sorted(e.at for e in events)
     assert [e.kind for e in store.history(key, limit=2)] == ["broken", "lost"]
+
+
+def test_a_release_and_a_break_carry_the_grants_meta(store: LeaseStore, key: str) -> None:
+    """Each event names what places it (issue 40, finding 1): the Leases page
+    shows a key's events by the DAG in their meta, and a ``released`` or
+    ``broken`` event whose ``acquired`` event was trimmed away (the store keeps
+    100) must still say whose it is."""
+    a = grant(store, key, "alice", meta={"dag_id": "billing", "run_id": "r1"})
+    assert store.release(key, S("alice"), a.token)
+    b = grant(store, key, "bob", meta={"flow_run_id": "0f0f"})
+    assert store.force_release(key, by="ops@console") is not None
+    released, broken = store.history(key)[1], store.history(key)[3]
+    assert (released.kind, released.detail.get("meta")) == ("released", {"dag_id": "billing", "run_id": "r1"})
+    assert (broken.kind, broken.token) == ("broken", b.token)
+    assert broken.detail.get("meta") == {"flow_run_id": "0f0f"} and broken.detail.get("by") == "ops@console"
     assert store.history(key + "-never") == []
 
 

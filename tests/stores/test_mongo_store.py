@@ -186,7 +186,7 @@ def test_history_is_written_with_the_lease_and_capped(mongo: LeaseStore, mongo_u
         doc, count, event = stored()
         assert broken is not None and count == HISTORY_LIMIT
         assert (event.kind, event.token, event.holder, event.at, event.detail) == \
-            ("broken", broken.token, "last", doc["broken"]["at"], {"by": "ops"})
+            ("broken", broken.token, "last", doc["broken"]["at"], {"by": "ops", "meta": {}})
         assert [e.kind for e in mongo.history(key, limit=3)] == ["released", "acquired", "broken"]
     finally:
         raw.close()

@@ -130,7 +130,7 @@ def test_the_grants_event_keeps_its_place_whatever_comes_next(tmp_path: Path, ke
             ("acquired", t1, "a", {"meta": {"n": 1}}),
             ("acquired", t2, "b", {"meta": {"n": 2}, "took_over": {"token": t1, "holder": "a"}}),
             ("acquired", t2, "by-hand", {"n": 3}),
-            ("broken", t2, "b", {"by": "op"}),
+            ("broken", t2, "b", {"by": "op", "meta": {"n": 2}}),
             ("acquired", t3, "c", {"meta": {"n": 4}})]
         t4 = store.acquire(key, "d", "sd", 30, {}).record.token  # type: ignore[union-attr]
         assert t1 < t2 < t3 < t4

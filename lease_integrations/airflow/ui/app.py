@@ -119,9 +119,9 @@ def _store_error(request: Request, exc: LeaseError) -> Response:
 # -- pages ---------------------------------------------------------------------
 def leases(prefix: str = "", user: Any = CurrentUser) -> str:
     access = auth.access(user)
-    records, source = actions.leases(access, prefix)
+    records, source, unreadable = actions.leases(access, prefix)
     return pages.leases_page(records, source, prefix, can_break=access.may_break_leases(),
-                             user=user_name(user))
+                             user=user_name(user), unreadable=unreadable)
 
 
 def history(key: str = Query(min_length=1), user: Any = CurrentUser) -> str:

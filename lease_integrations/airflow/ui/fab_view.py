@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flask import Response, redirect, request
+from flask import Blueprint, Response, redirect, request
 from flask_appbuilder import BaseView, expose
 from markupsafe import Markup
 
@@ -36,6 +36,24 @@ from .rules import RESOURCE, Access, Refused, confirm_token, user_name
 #: script policy; framing only by the UI's own origin, as on Airflow 3.
 HEADERS = {"Content-Security-Policy": "frame-ancestors 'self'; object-src 'none'",
            "X-Frame-Options": "SAMEORIGIN", "X-Content-Type-Options": "nosniff"}
+
+
+def _headers_under_leases(response: Response) -> Response:
+    """The page's headers on every answer under ``/leases``, also those Airflow
+    or Flask make before or instead of the view (Flask-WTF's CSRF 400, a 405,
+    FAB's redirects, a 404 below the prefix). Not covered: what never reaches
+    Flask (gunicorn's own errors), and the login page the redirect leads to,
+    which is Airflow's, outside ``/leases``."""
+    if request.path == LeasesView.route_base or request.path.startswith(LeasesView.route_base + "/"):
+        for name, value in HEADERS.items():
+            response.headers.setdefault(name, value)
+    return response
+
+
+#: Registered through the plugin's ``flask_blueprints``: its ``after_app_request``
+#: runs for every response of the webserver, the view's and Airflow's own.
+HEADERS_BLUEPRINT = Blueprint("lease_integrations_headers", __name__)
+HEADERS_BLUEPRINT.after_app_request(_headers_under_leases)
 
 
 def _href(meta: dict[str, Any], up: str) -> str | None:
@@ -166,10 +184,11 @@ class LeasesView(BaseView):  # type: ignore[misc]  # untyped for mypy without Fl
     # -- pages -----------------------------------------------------------------
     def _leases(self) -> Response:
         access, prefix = _access(), request.args.get("prefix", "")
-        records, source = actions.leases(access, prefix)
+        records, source, unreadable = actions.leases(access, prefix)
         return self._page(pages.leases_page(records, source, prefix, face=FACE,
                                             can_break=access.may_break_leases(),
-                                            user=user_name(access.user)), "Leases")
+                                            user=user_name(access.user), unreadable=unreadable),
+                          "Leases")
 
     def _history(self) -> Response:
         access, key = _access(), _arg("key")
@@ -180,7 +199,7 @@ class LeasesView(BaseView):  # type: ignore[misc]  # untyped for mypy without Fl
 
     def _dag(self) -> Response:
         dag_id = _arg("dag_id")
-        records, source = actions.dag_leases(_access(), dag_id)
+        records, source = actions.dag_leases(_access(), dag_id, page_needed=True)
         return self._page(pages.dag_page(dag_id, records, source, face=FACE), f"Leases of {dag_id}")
 
     def _confirm(self) -> Response:
@@ -198,7 +217,8 @@ class LeasesView(BaseView):  # type: ignore[misc]  # untyped for mypy without Fl
         if token is None:
             raise Refused(400, "the 'token' parameter is missing")
         before, source = actions.break_lease(access, _secret(), key, token, header=None,
-                                             confirm=request.form.get("confirm", ""))
+                                             confirm=request.form.get("confirm", ""),
+                                             header_honoured=False)
         return self._page(pages.broken_page(key, before, user_name(access.user), source, face=FACE),
                           f"Broke {key}")
 
@@ -214,4 +234,4 @@ class LeasesView(BaseView):  # type: ignore[misc]  # untyped for mypy without Fl
         return self._json(actions.history_json(_access(), _arg("key"), limit))
 
     def _api_dag(self) -> Response:
-        return self._json(actions.dag_json(_access(), _arg("dag_id")))
+        return self._json(actions.dag_json(_access(), _arg("dag_id"), page_needed=True))

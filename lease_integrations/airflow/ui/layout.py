@@ -53,7 +53,8 @@ body.lease-page { margin: 1em 1.25em; }
 .lease-page th, .lease-page td { text-align: left; padding: .35em .6em;
   border-bottom: 1px solid var(--line); vertical-align: top; }
 .lease-page th { background: var(--head); font-weight: 600; white-space: nowrap; }
-.lease-page td { white-space: nowrap; } .lease-page td.meta { white-space: normal; min-width: 16em; }
+.lease-page td { white-space: nowrap; } .lease-page td.meta { white-space: normal; min-width: 12em; }
+.lease-page td.wrap { white-space: normal; overflow-wrap: anywhere; min-width: 8em; }
 .lease-page .state-held, .lease-page .state-acquired { color: var(--held); font-weight: 600; }
 .lease-page .state-expired { color: var(--expired); font-weight: 600; }
 .lease-page .state-released { color: var(--released); }

@@ -42,9 +42,12 @@ def _render(face: Face, template: str, title: str, source: StoreSource | None = 
 
 
 def leases_page(records: Sequence[LeaseRecord], source: StoreSource, prefix: str, *,
-                can_break: bool, user: str, face: Face = AIRFLOW_3) -> str:
+                can_break: bool, user: str, face: Face = AIRFLOW_3,
+                unreadable: Sequence[str] = ()) -> str:
+    """``unreadable``: the problems of records the store could not parse,
+    for a user who may read every DAG (``actions.leases``)."""
     return _render(face, "leases.html", "Leases", source, records=records, prefix=prefix,
-                   can_break=can_break, user=user)
+                   can_break=can_break, user=user, unreadable=unreadable)
 
 
 def history_page(key: str, record: LeaseRecord | None, events: Sequence[LeaseEvent],

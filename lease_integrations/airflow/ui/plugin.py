@@ -58,3 +58,13 @@ class LeasesPlugin(AirflowPlugin):  # type: ignore[misc]
         from .fab_view import LeasesView
 
         return [{"name": "Leases", "category": "Browse", "view": LeasesView()}]
+
+    @cached_property
+    def flask_blueprints(self) -> list[Any]:
+        """2.11: the blueprint that puts the page's security headers on every
+        answer under ``/leases``, Airflow's own included (``fab_view``)."""
+        if AIRFLOW_3:
+            return []
+        from .fab_view import HEADERS_BLUEPRINT
+
+        return [HEADERS_BLUEPRINT]

@@ -7,9 +7,14 @@ route of both faces (``app.py`` on Airflow 3, ``fab_view.py`` on 2.11).
 The auth manager decides (FAB, Keycloak or a custom one may grant per DAG;
 the same ``is_authorized_custom_view`` / ``is_authorized_dag`` calls exist on
 2.11 and 3.x). A row or event belongs to a DAG when its meta names a
-``dag_id``, when its holder is a DAG run's (``dagrun:<dag_id>:<run_id>``), or
-when it carries the token of an event that does (a lease's ``released`` event
-names no meta once its ``acquired`` event was trimmed).
+``dag_id`` or when its holder is a DAG run's (``dagrun:<dag_id>:<run_id>``);
+to no DAG when it carries meta that names none (a flow's, a script's). An
+event that carries no meta (written by an earlier version, or a ``lost``
+event) is placed by the token of an event or record that is placed: one token
+is one grant. An event that still cannot be placed could be any DAG's, so
+only a user who may read every DAG sees it (issue 40, finding 1: a window
+that cut off a release's ``acquired`` event served that release, of another
+DAG, as one of no DAG).
 
 A break arrives with the browser's cookie, so a page on another site could
 post one: every break must also carry either the ``X-Lease-Break`` header
@@ -71,20 +76,41 @@ def dag_of(meta: Any, holder: str | None) -> str | None:
     return None
 
 
-def event_dags(events: Iterable[LeaseEvent], record: LeaseRecord | None = None) -> list[str | None]:
+class _Unplaced:
+    """The DAG of an event that names none and shares its token with nothing
+    that does: it could be any DAG's."""
+
+    def __repr__(self) -> str:
+        return "UNPLACED"
+
+
+UNPLACED = _Unplaced()
+
+
+def _own_dag(event: LeaseEvent) -> str | _Unplaced | None:
+    """The DAG an event names itself: from its meta (None: meta of no DAG)
+    or a DAG-run holder; ``UNPLACED`` when it carries neither."""
+    meta = event.detail.get("meta") if isinstance(event.detail, Mapping) else None
+    if isinstance(meta, Mapping):
+        return dag_of(meta, event.holder)
+    return dag_of(None, event.holder) or UNPLACED
+
+
+def event_dags(events: Iterable[LeaseEvent], record: LeaseRecord | None = None
+               ) -> list[str | _Unplaced | None]:
     """The DAG of each event, in order. An event that names none itself takes
     the DAG of another event (or of the record) with the same token: one token
-    is one grant, so they belong to the same run."""
+    is one grant, so they belong to the same run. What is left is ``UNPLACED``."""
     events = list(events)
-    by_token: dict[int, str] = {}
-    if record is not None and (dag := dag_of(record.meta, record.holder)) is not None:
-        by_token[record.token] = dag
-    own = [dag_of(e.detail.get("meta") if isinstance(e.detail, Mapping) else None, e.holder)
-           for e in events]
-    for event, dag in zip(events, own):
-        if dag is not None:
-            by_token.setdefault(event.token, dag)
-    return [dag if dag is not None else by_token.get(e.token) for e, dag in zip(events, own)]
+    by_token: dict[int, str | None] = {}
+    if record is not None and (named := dag_of(record.meta, record.holder)) is not None:
+        by_token[record.token] = named
+    own = [_own_dag(e) for e in events]
+    for event, placed in zip(events, own):
+        if not isinstance(placed, _Unplaced):
+            by_token.setdefault(event.token, placed)
+    return [by_token.get(e.token, UNPLACED) if isinstance(placed, _Unplaced) else placed
+            for e, placed in zip(events, own)]
 
 
 class Access:
@@ -104,6 +130,7 @@ class Access:
         self._admin_by_role = admin_by_role
         self._dags: dict[str, bool] = {}
         self._page: bool | None = None
+        self._all_dags: bool | None = None
         self._break: bool | None = None
 
     def may_read_page(self) -> bool:
@@ -112,6 +139,13 @@ class Access:
             self._page = bool(self._manager.is_authorized_custom_view(
                 method="GET", resource_name=RESOURCE, user=self.user))
         return self._page
+
+    def may_read_all_dags(self) -> bool:
+        """Read on every DAG (``DagDetails`` none: FAB's ``can_read`` on ``DAGs``)."""
+        if self._all_dags is None:
+            self._all_dags = bool(self._manager.is_authorized_dag(
+                method="GET", details=None, user=self.user))
+        return self._all_dags
 
     def may_read_dag(self, dag_id: str) -> bool:
         found = self._dags.get(dag_id)
@@ -132,10 +166,14 @@ class Access:
         return self._break
 
     # -- the three questions (docs/operating/security.md) ---------------------
-    def may_read(self, dag_id: str | None) -> bool:
-        """May this user read a row or event of ``dag_id`` (None: of no DAG)
-        on the Leases page or its JSON?"""
-        return self.may_read_page() and (dag_id is None or self.may_read_dag(dag_id))
+    def may_read(self, dag_id: str | _Unplaced | None) -> bool:
+        """May this user read a row or event of ``dag_id`` (None: of no DAG;
+        ``UNPLACED``: of a DAG nobody can tell) on the Leases page or its JSON?"""
+        if not self.may_read_page():
+            return False
+        if isinstance(dag_id, _Unplaced):
+            return self.may_read_all_dags()
+        return dag_id is None or self.may_read_dag(dag_id)
 
     def may_learn_exists(self, record: LeaseRecord | None) -> bool:
         """May the user learn that this record exists? Exactly when they may
@@ -191,11 +229,16 @@ def check_confirm_token(secret: bytes, value: str, user: Any, key: str, token: i
 
 
 def require_intent(secret: bytes, user: Any, key: str, token: int | None, *, header: str | None,
-                   confirm: str | None) -> None:
-    """403 unless the break carries the header or a valid confirm token."""
-    if header is not None and header == key:
+                   confirm: str | None, header_honoured: bool = True) -> None:
+    """403 unless the break carries the header or a valid confirm token. The
+    refusal names only what this face honours: Airflow 2.11's view has no
+    route that reads the header (``header_honoured=False``)."""
+    if header_honoured and header is not None and header == key:
         return
     if confirm and token is not None and check_confirm_token(secret, confirm, user, key, token):
         return
+    if not header_honoured:
+        raise Refused(403, "a break needs the confirmation token from the Leases page; open the "
+                           "page and confirm again (scripts: leasectl break)")
     raise Refused(403, f"a break needs the {BREAK_HEADER} header (value: the key) or the "
                        "confirmation token from the Leases page; open the page and confirm again")

@@ -31,6 +31,11 @@ class StoreSource:
     masked_url: str
     per_host: bool
 
+    @property
+    def kind(self) -> str:
+        """The store's kind (its URL's scheme: ``redis``, ``postgresql``...)."""
+        return self.masked_url.partition("://")[0] or "unknown"
+
 
 def conn_id() -> str:
     """The Connection the page reads; ``[lease_integrations] ui_conn_id``

@@ -40,7 +40,7 @@ class GcsBucket:
         except ImportError as exc:
             raise ConfigurationError(
                 f"{place.url} needs google-cloud-storage: pip install "
-                f"'lease_integrations[gcs]' ({exc})") from None
+                f"-e '<checkout>[gcs]' (from the checkout) ({exc})") from None
         self.place = place
         self._client: Any = storage.Client()
         self._bucket: Any = self._client.bucket(place.bucket)

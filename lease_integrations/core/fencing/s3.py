@@ -127,7 +127,7 @@ class Bucket:
             from botocore.config import Config
         except ImportError as exc:
             raise ConfigurationError(
-                f"{place.url} needs boto3: pip install 'lease_integrations[s3]' ({exc})") from None
+                f"{place.url} needs boto3: pip install -e '<checkout>[s3]' ({exc})") from None
         self.place = place
         config = Config(connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT,
                         retries={"mode": "standard", "max_attempts": 3},
