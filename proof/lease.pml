@@ -19,7 +19,7 @@
  *             replica that missed renewals (stores/*.py).  The store's own
  *             operations (acquire, renew, release) are atomic steps inside
  *             Holder, taken where the request reaches the store.
- *   Holder  - one job process holding the key (core/lock.py LeaseLock.hold,
+ *   Holder  - one job process holding the key (lock.py LeaseLock.hold,
  *             hold_adopted, Hold) together with its keeper process
  *             (core/keeper*.py: renewals, the trust window, the hard stop),
  *             its loss policy (on_lost="exit" or "check") and its fenced writes
@@ -327,7 +327,7 @@ end:
        hpc[i] = GOT }
   :: atomic { hpc[i] == ACQ && live -> hpc[i] = IDLE; as[i] = 0 }   /* busy: LeaseBusy */
 
-  /* supersede (core/supersede.py): busy, so break the holder's token (the one
+  /* supersede (keeper/supersede.py): busy, so break the holder's token (the one
      read: force_release(key, by, token)), note the broken record's expiry,
      and take the key at once, before anyone else can; the block waits (SUPW) */
   :: atomic { hpc[i] == ACQ && live && rh != i + 1 && nsup < MAXSUP && now > gtime ->
