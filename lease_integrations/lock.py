@@ -267,7 +267,8 @@ class LeaseLock:
             raise LeaseLost(self.key, token, f"the renewal to adopt answered after "
                             f"{now() - started:.3g} s, past its trust window "
                             f"(ttl - margin = {self.ttl - self.margin:g} s)")
-        return self._start(AcquireResult(True, record), started, secret=secret, armed=armed)
+        return self._start(AcquireResult(True, record), started, secret=secret, armed=armed,
+                           adopted=True)
 
     def forget(self, lease: Lease) -> None:
         """Stop renewing ``lease`` and disarm it without releasing it: the
@@ -527,13 +528,14 @@ class LeaseLock:
         return busy
 
     def _start(self, result: AcquireResult, started: float, secret: str, *,
-               armed: bool = False) -> Lease:
+               armed: bool = False, adopted: bool = False) -> Lease:
         """The granted lease, handed to what renews it: the keeper (with
         ``armed``: a fail-stop block will run under it) or this process's
         heartbeat."""
         assert result.record is not None
         lease = Lease(result.record, ttl=self.ttl, margin=self.margin, attempt_started=started,
                       secret=secret, grace=self.grace)
+        lease.adopted = adopted
         metrics.acquired(lease, now() - started)
         if log.isEnabledFor(logging.INFO):
             log.info(

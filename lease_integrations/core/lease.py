@@ -122,6 +122,9 @@ class Lease:
         self.sync: Callable[[], None] | None = None
         #: When the keeper stops the job for this loss (its ladder's deadline).
         self.stop_at: float | None = None
+        #: Continued from another process (``adopt``): the run it belongs to goes
+        #: on elsewhere, so this holder's death leaves it to its ttl, unreleased.
+        self.adopted = False
 
     # -- what users read --------------------------------------------------
     @property

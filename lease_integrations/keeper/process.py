@@ -318,6 +318,7 @@ class Keeper:
                           margin=m["margin"], attempt_started=m["started"],
                           secret=m["secret"], grace=m["grace"])
         lease._trusted_until = m["trusted_until"]
+        lease.adopted = bool(m.get("adopted"))
         lease.on_lost(self._lost)
         self.leases[lease.lid] = lease
         self.heartbeat.add(lease, store, m["interval"], due=m["started"] + m["interval"])
@@ -458,9 +459,11 @@ class Keeper:
 
     def _release_others(self) -> None:
         """The job's healthy leases, given back now that nothing of the job
-        runs: their next holders need not wait out their ttls."""
+        runs: their next holders need not wait out their ttls. Not an adopted
+        one: the run it belongs to (a DAG run, its other tasks) goes on
+        elsewhere, and only that run may give it back."""
         held = [(lease, lease.store) for lease in list(self.leases.values())
-                if not lease.lost.is_set() and not lease.released]
+                if not lease.lost.is_set() and not lease.released and not lease.adopted]
         if held:  # no hurry now: nothing of the job runs; only a next holder waits
             bounded(lambda: release_all(held), now() + RELEASE_WAIT, "releasing the leases")
 

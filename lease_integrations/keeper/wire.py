@@ -22,10 +22,11 @@ def add(lid: int, sid: int, lease: Lease, interval: float, armed: bool) -> bytes
                         "holder": lease.holder, "token": lease.token, "secret": lease.secret,
                         "ttl": lease.ttl, "margin": lease.margin, "grace": lease.grace,
                         "interval": interval, "started": lease.attempt_started,
-                        "trusted_until": lease.trusted_until, "armed": armed}])
+                        "trusted_until": lease.trusted_until, "armed": armed,
+                        "adopted": lease.adopted}])
     return (f"a {lid} {sid} {lease.token} {lease.ttl!r} {lease.margin!r} {lease.grace!r} "
             f"{interval!r} {lease.attempt_started!r} {lease.trusted_until!r} {int(armed)} "
-            f"{lease.key} {lease.secret} {lease.holder}\n").encode()
+            f"{int(lease.adopted)} {lease.key} {lease.secret} {lease.holder}\n").encode()
 
 
 def drop(lid: int) -> bytes:
@@ -34,9 +35,10 @@ def drop(lid: int) -> bytes:
 
 def parse_add(line: bytes) -> dict[str, Any]:
     """An ``a`` line, as the JSON ``add`` would say it."""
-    (_, lid, sid, token, ttl, margin, grace, interval, started, trusted, armed, key,
-     secret, holder) = line.decode().split(" ", 13)
+    (_, lid, sid, token, ttl, margin, grace, interval, started, trusted, armed, adopted, key,
+     secret, holder) = line.decode().split(" ", 14)
     return {"id": int(lid), "store": int(sid), "token": int(token), "ttl": float(ttl),
             "margin": float(margin), "grace": float(grace), "interval": float(interval),
             "started": float(started), "trusted_until": float(trusted), "armed": armed == "1",
+            "adopted": adopted == "1",
             "key": key, "secret": secret, "holder": holder}
