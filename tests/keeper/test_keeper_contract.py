@@ -30,6 +30,9 @@ HEARTBEAT, MARGIN = TTL / 3, TTL / 5
 #: A renewal the keeper sent just before the job stopped or died may still
 #: land, however late a loaded machine makes it: one, never a second.
 IN_FLIGHT = 1
+#: The killed job's keeper must notice the death, end the tree and release within
+#: this ttl: at 2 s a loaded machine (load 5) let the lease expire first.
+KILLED_TTL = 5.0
 #: "Within milliseconds" (the death pipe), with room for a loaded machine.
 DEATH_PIPE_BOUND = 0.5
 
@@ -89,8 +92,8 @@ def test_a_killed_job_has_its_tree_ended_then_its_lease_released(
     39: before, the lease was left to expire and the child ran on). The
     contender is granted only once nothing of the job runs; the keeper is
     gone by then."""
-    contender = start_contender(url, key)
-    job = start_job(url, key, "--ttl", str(TTL), "--sleep", "60", "--children")
+    contender = start_contender(url, key, KILLED_TTL)
+    job = start_job(url, key, "--ttl", str(KILLED_TTL), "--sleep", "60", "--children")
     token = int(job.lines()["held"][1])
     processes = job.tree()
     keeper = keeper_of(job.pid)
@@ -109,13 +112,13 @@ def test_a_killed_job_has_its_tree_ended_then_its_lease_released(
                 expiries.add(at.timestamp())
             if keeper_gone is None and not alive(keeper):
                 keeper_gone = time.monotonic()
-            assert time.monotonic() < killed + 3 * TTL, "the contender was never granted"
+            assert time.monotonic() < killed + 3 * KILLED_TTL, "the contender was never granted"
             time.sleep(0.01)
         children_at_grant = [p for p in processes if p[0] != job.pid and alive(p)]
         events = store.history(key)
     grant = next(e for e in events if e.kind == "acquired" and e.token != token)
     released = [e for e in events if e.token == token and e.kind == "released"]
-    late = sorted(at - TTL - killed_wall for at in expiries if at > killed_wall + TTL)
+    late = sorted(at - KILLED_TTL - killed_wall for at in expiries if at > killed_wall + KILLED_TTL)
     figures(test="job-sigkill", store=url.split(":")[0], renewals_after_kill=len(late),
             renewed_after_kill_s=late[-1] if late else 0.0,
             kill_to_grant_s=grant.at.timestamp() - killed_wall,
