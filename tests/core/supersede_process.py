@@ -25,6 +25,7 @@ from pathlib import Path
 from lease_integrations import LeaseLock, SqlFence, StaleToken, connect
 from lease_integrations.core.errors import LeaseBusy, SupersedeRefused
 from lease_integrations.core.supersede_guards import only_newer
+from lease_integrations.keeper.kernel import is_gone, process_state
 
 FENCE = SqlFence()
 RUN_AT_MOST = 120.0
@@ -37,12 +38,7 @@ def put(out: Path, name: str, text: str) -> None:
 
 
 def running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode("ascii", "replace")
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2:].split()[0] not in ("Z", "X")
+    return not is_gone(process_state(pid))
 
 
 def write_row(db: sqlite3.Connection, token: int) -> bool:
