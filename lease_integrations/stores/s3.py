@@ -206,16 +206,21 @@ class S3Store(LeaseStore):
         False: refused (another writer got in first: the caller reads and
         decides again). Unanswered: read back, and if the write is not there,
         ``StoreUnavailable`` (it may still land; its condition keeps it from
-        landing over anyone else's change)."""
+        landing over anyone else's change).
+
+        A refusal is read back too: boto3 retries a write whose answer was
+        lost, and the retry's condition is false because of the very write it
+        repeats. The body's nonce makes "the object is my payload" mean "my
+        write landed"."""
         payload = body.encode()
         try:
             etag, _ = self._bucket.put(self._name(key), payload, if_none_match=stored is None,
                                        if_match=stored.etag if stored is not None else None)
-        except Refused:
-            return False
-        except StoreUnavailable:
+        except (Refused, StoreUnavailable) as failure:
             now = self._bucket.get(self._name(key))  # did it land before the answer was lost?
             if now is None or now.body != payload:
+                if isinstance(failure, Refused):
+                    return False
                 raise
             etag = now.etag
         self._wrote(key, etag)
