@@ -28,6 +28,7 @@ from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent
 
 from lease_integrations import Lease, LeaseLost, LeaseRecord, LeaseStore, connect
 from lease_integrations.core import AcquireResult, LeaseEvent
+from lease_integrations.core.store import end_of_token
 
 from ._compat import run_states
 from .connections import resolve_store_url_async
@@ -296,15 +297,11 @@ def _end_of_run(lock: Any, lease: Lease, store: LeaseStore, info: DagRunLease) -
 def _why_refused(store: LeaseStore, info: DagRunLease) -> tuple[str, str]:
     """The lease is no longer the run's: the history says whether the run
     gave it back (success) or lost it."""
-    for event in reversed(store.history(info.key, limit=HISTORY_DEPTH)):
-        if event.token != info.token:
-            continue
-        if event.kind == "released":
-            return "released", "the run's release task gave it back"
-        if event.kind == "broken":
-            return "lost", f"broken from outside by {event.detail.get('by', 'someone')}"
-        if event.kind == "acquired":
-            break
+    end = end_of_token(store.history(info.key, limit=HISTORY_DEPTH), info.token)
+    if end is not None and end.kind == "released":
+        return "released", "the run's release task gave it back"
+    if end is not None:
+        return "lost", f"broken from outside by {end.detail.get('by', 'someone')}"
     record = store.get(info.key)
     if record is not None and record.token != info.token:
         return "lost", f"taken over with token {record.token} by {record.holder}"

@@ -198,6 +198,21 @@ class LeaseStore(ABC):
         self.close()
 
 
+def end_of_token(events: Sequence[LeaseEvent], token: int) -> LeaseEvent | None:
+    """The event that ended ``token`` (its ``released`` or ``broken``), read
+    newest first and no further back than its grant; None when the history
+    shows neither. One reading of "why is this lease no longer mine", shared
+    by the renewer that was refused and the Airflow DAG-run keeper."""
+    for event in reversed(events):
+        if event.token != token:
+            continue
+        if event.kind in ("released", "broken"):
+            return event
+        if event.kind == "acquired":
+            return None
+    return None
+
+
 def readable_records(rows: Iterable[T], parse: Callable[[T], LeaseRecord | None]) -> RecordList:
     """Parse a store's raw rows into a ``RecordList``: rows that raise
     ``CorruptRecord`` are reported in ``unreadable`` instead of failing the

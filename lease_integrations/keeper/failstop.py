@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ..core import timing
 from ..core.clock import now
 from ..core.errors import LEASE_LOST_EXIT_STATUS
+from .bounded import bounded
 from .descendants import descendants, end_frozen, freeze
 
 if TYPE_CHECKING:
@@ -169,31 +170,6 @@ def _on_sigterm(signum: int, frame: object) -> None:
     flush()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
-
-
-def bounded(step: Callable[[], object], deadline: float, what: str) -> None:
-    """Run ``step`` on its own thread and wait for it until ``deadline``: a
-    hung callback or store must not keep the process alive past its lease."""
-    remaining = deadline - now()
-    if remaining <= 0:
-        log.error("fail-stop: no time left for %s; skipped", what)
-        return
-
-    def run() -> None:
-        try:
-            step()
-        except BaseException:
-            log.exception("fail-stop: %s raised", what)
-
-    thread = threading.Thread(target=run, name="lease-fail-stop", daemon=True)
-    try:
-        thread.start()
-    except RuntimeError:  # Python 3.12 refuses new threads once the interpreter is ending
-        log.error("fail-stop: no thread for %s (the interpreter is ending); skipped", what)
-        return
-    thread.join(remaining)
-    if thread.is_alive():
-        log.error("fail-stop: %s did not finish in time; going on", what)
 
 
 def release_all(held: Sequence[tuple[Lease, Any]]) -> None:

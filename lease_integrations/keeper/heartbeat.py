@@ -20,10 +20,15 @@ from dataclasses import dataclass
 from ..core.clock import now
 from ..core.errors import StoreUnavailable
 from ..core.lease import Lease
-from ..core.store import LeaseStore
+from ..core.store import LeaseStore, end_of_token
+from .bounded import bounded
 
 log = logging.getLogger("lease_integrations")
 
+REFUSED = "the store refused the renewal"
+#: Events read to explain a refusal: a supersede adds its own event and the
+#: new holder's grant after the break.
+EXPLAIN_DEPTH = 10
 #: Renewal workers shared by every lease; bounded so 1,000 leases do not mean
 #: 1,000 threads, and more than one so one hung call does not stall the rest.
 RENEW_WORKERS = 4
@@ -310,8 +315,7 @@ class Heartbeat:
                 self._entries.pop(id(lease), None)
             self._cond.notify()
         if outcome is False:
-            self._report_lost(entry, "the store refused the renewal: the lease expired or was "
-                                     "taken over or broken")
+            self._report_lost(entry, _why_refused(entry.store, lease))
 
     def _submit(self, fn: Callable[..., None], *args: object) -> Future[None] | None:
         """Hand work to the renewal pool; None once the interpreter is
@@ -329,6 +333,23 @@ class Heartbeat:
         # and queued before the callbacks, which may end the process (fail-stop).
         lease.mark_lost(reason, before_callbacks=lambda: self._submit(
             _record_loss, entry.store, lease, reason) if entry.records_loss else None)
+
+
+def _why_refused(store: LeaseStore, lease: Lease) -> str:
+    """What the store recorded about a refused renewal (``broken by
+    supersede by host:pid``), read in a bounded time: the job, its logs and
+    its face (a failed Airflow try, a cancelled Prefect run) say who stopped
+    it, whichever renewer (the keeper's, or the job's own before the keeper
+    has started) met the refusal first."""
+    found: list[str] = []
+
+    def read() -> None:
+        end = end_of_token(store.history(lease.key, limit=EXPLAIN_DEPTH), lease.token)
+        if end is not None and end.kind == "broken":
+            found.append(f"{REFUSED}: the lease was broken by {end.detail.get('by', '?')}")
+
+    bounded(read, now() + min(1.0, lease.margin / 4), "reading why the store refused")
+    return found[0] if found else f"{REFUSED}: the lease expired or was taken over or broken"
 
 
 def _record_loss(store: LeaseStore, lease: Lease, reason: str) -> None:

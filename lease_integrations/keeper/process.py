@@ -54,8 +54,9 @@ from ..core.lease import Lease
 from ..core.record import LeaseRecord
 from ..core.store import LeaseStore
 from . import wire
+from .bounded import bounded
 from .descendants import descendants, end_frozen, freeze
-from .failstop import bounded, flush, release_all
+from .failstop import flush, release_all
 from .heartbeat import Heartbeat
 from .kernel import KillTimer, Process, alive, identify, is_gone, is_stopped, process_state
 
@@ -158,7 +159,7 @@ class KeptLease(Lease):
         self.keeper.drain()
         if self.released:
             return False
-        return super().mark_lost(self.keeper.explain(self, reason), before_callbacks)
+        return super().mark_lost(reason, before_callbacks)
 
 
 class Outbox:
@@ -325,23 +326,6 @@ class Keeper:
         self._wake()
 
     # -- loss -----------------------------------------------------------------------
-    def explain(self, lease: KeptLease, reason: str) -> str:
-        """A refused renewal says what the store recorded, if it did
-        (``broken by root@host``), read in a bounded time."""
-        if not reason.startswith("the store refused"):
-            return reason
-        found: list[str] = []
-
-        def read() -> None:
-            for event in reversed(lease.store.history(lease.key, limit=5)):
-                if event.token == lease.token and event.kind == "broken":
-                    found.append(f"the store refused the renewal: the lease was broken by "
-                                 f"{event.detail.get('by', '?')}")
-                    return
-
-        bounded(read, now() + min(1.0, lease.margin / 4), "reading why the store refused")
-        return found[0] if found else reason
-
     def _lost(self, lease: Lease) -> None:
         assert isinstance(lease, KeptLease)
         stop_at = timing.stop_at(timing.lost_at(now(), lease.trusted_until), lease.margin,
