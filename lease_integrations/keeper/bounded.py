@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from contextlib import suppress
 
 from ..core.clock import now
 
@@ -20,7 +21,7 @@ def bounded(step: Callable[[], object], deadline: float, what: str) -> None:
     hung callback or store must not keep the process alive past its lease."""
     remaining = deadline - now()
     if remaining <= 0:
-        log.error("fail-stop: no time left for %s; skipped", what)
+        _complain("fail-stop: no time left for %s; skipped", what)
         return
 
     def run() -> None:
@@ -33,8 +34,16 @@ def bounded(step: Callable[[], object], deadline: float, what: str) -> None:
     try:
         thread.start()
     except RuntimeError:  # Python 3.12 refuses new threads once the interpreter is ending
-        log.error("fail-stop: no thread for %s (the interpreter is ending); skipped", what)
-        return
+        return  # and with no thread, no complaint either (see _complain)
     thread.join(remaining)
     if thread.is_alive():
-        log.error("fail-stop: %s did not finish in time; going on", what)
+        _complain("fail-stop: %s did not finish in time; going on", what)
+
+
+def _complain(text: str, what: str) -> None:
+    """Say that a step was cut short, on a thread of its own: the step that
+    overran may be a logging handler that never returns, and a log call made
+    here would wait on that same handler's lock, and with it the stop."""
+    with suppress(RuntimeError):
+        threading.Thread(target=log.error, args=(text, what), name="lease-fail-stop-log",
+                         daemon=True).start()

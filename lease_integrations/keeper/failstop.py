@@ -109,7 +109,7 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
                 frozen = started_with
         bounded(lambda: _release_others(lease, kept=keeper is None), stop_at,
                 "releasing the other leases")
-        flush()
+        bounded(flush, now() + lease.grace, "flushing the logs")
         end_frozen(frozen, lease.grace, after_we_exit=True)
     finally:
         os._exit(LEASE_LOST_EXIT_STATUS)
@@ -120,16 +120,11 @@ def _steps_before_the_kill(lease: Lease, callbacks: list[LostCallback], started:
     """Steps 1-3, each bounded. Nothing here may keep the tree from being
     frozen and ended: whatever goes wrong is logged and the ladder goes on."""
     try:
-        log.critical(
-            "lease %s (token %s) lost: %s; stopping this process and everything it started "
-            "(exit status %d)", lease.key, lease.token, lease.lost_reason, LEASE_LOST_EXIT_STATUS,
-            extra={"lease_event": "fail_stop", "lease_key": lease.key,
-                   "lease_token": lease.token, "lease_holder": lease.holder})
-        flush()
-        if isinstance(started, Future):  # a quarter at most: the store may be why we lost it
-            at = now()
-            bounded(started.result, at + max(0.0, deadline - at) / 4,
-                    "recording the loss in the store's history")
+        # A quarter at most each: a logging handler may never return, and the
+        # store may be why we lost the lease.
+        bounded(functools.partial(_say_lost, lease), _quarter(deadline), "the loss's log line")
+        if isinstance(started, Future):
+            bounded(started.result, _quarter(deadline), "recording the loss in the store's history")
         for callback in callbacks:
             bounded(functools.partial(callback, lease), deadline,
                     f"on_lost callback {callback!r}")
@@ -139,6 +134,20 @@ def _steps_before_the_kill(lease: Lease, callbacks: list[LostCallback], started:
             bounded(hook, deadline, f"stop hook {hook!r}")
     except BaseException:
         log.exception("fail-stop: a step before the kill failed; ending the process tree anyway")
+
+
+def _say_lost(lease: Lease) -> None:
+    log.critical(
+        "lease %s (token %s) lost: %s; stopping this process and everything it started "
+        "(exit status %d)", lease.key, lease.token, lease.lost_reason, LEASE_LOST_EXIT_STATUS,
+        extra={"lease_event": "fail_stop", "lease_key": lease.key,
+               "lease_token": lease.token, "lease_holder": lease.holder})
+    flush()
+
+
+def _quarter(deadline: float) -> float:
+    at = now()
+    return at + max(0.0, deadline - at) / 4
 
 
 #: How long a SIGTERM waits for the process's leases to be given back.

@@ -1,7 +1,8 @@
 """Fail-stop on loss (``on_lost="exit"``, the default): a lost lease ends the
 whole job, in the shapes the old in-thread interrupt could not reach (a thread
 pool, a long C call on a worker thread, a child process in its own session and
-its grandchild), on memory, SQLite and Redis. Each job is a real process
+its grandchild), on memory, SQLite and Redis, with the keeper and with the
+renewer in the job's own thread (``LEASE_KEEPER=off``; memory:// always). Each job is a real process
 (``failstop_job.py``) broken from outside, as ``leasectl break`` does; the
 evidence is its own work log, written by every thread and child.
 
@@ -28,9 +29,12 @@ HEARTBEAT, GRACE = TTL / 3, TTL / 5 / 4
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return store_url_for(request, request.param, tmp_path)
+@pytest.fixture(params=["memory", "sqlite", "redis", "sqlite-thread", "redis-thread"])
+def url(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    kind, _, mode = request.param.partition("-")
+    if mode == "thread":
+        monkeypatch.setenv("LEASE_KEEPER", "off")  # the job's processes inherit it
+    return store_url_for(request, kind, tmp_path)
 
 
 def start_job(url: str, key: str, shape: str, evidence: Path,
