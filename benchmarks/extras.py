@@ -9,6 +9,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300
+BURST_TIMEOUT = 1800  # up to 12 bursts of 32 interpreters on a busy host
 
 
 def history_cost(quick: bool, log: Any) -> dict[str, Any]:
@@ -60,3 +61,20 @@ def object_store(quick: bool, log: Any) -> dict[str, Any]:
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
         return {"name": "object_store", "error": f"exit {proc.returncode}: {tail}"}
     return {"name": "object_store", "output": proc.stdout.rstrip()}
+
+
+def keeper_burst(quick: bool, log: Any) -> dict[str, Any]:
+    """32 holders started at once beside 2 busy processes, keeper on and off:
+    leases lost and the memory of what the library started beside them."""
+    log("extras: keeper_burst.py (32 holders at once, SQLite and Redis)")
+    cmd = [str(ROOT / ".venv" / "bin" / "python"), "-m", "benchmarks.keeper_burst",
+           "--bursts", "1" if quick else "3"]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=BURST_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return {"name": "keeper_burst", "error": f"timed out after {BURST_TIMEOUT} s"}
+    if proc.returncode != 0:
+        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+        return {"name": "keeper_burst", "error": f"exit {proc.returncode}: {tail}"}
+    table = proc.stdout.rstrip().split("a burst of holders", 1)
+    return {"name": "keeper_burst", "output": "a burst of holders" + table[-1]}

@@ -229,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
         res["history_cost"] = hist
         show("Metrics hooks cost (benchmarks/history_cost.py)\n"
              + (hist.get("output") or hist.get("skipped") or hist.get("error", "")) + "\n")
+        burst = extras.keeper_burst(quick, log)
+        res["keeper_burst"] = burst
+        show("A burst of holders (benchmarks/keeper_burst.py)\n"
+             + (burst.get("output") or burst.get("error", "")) + "\n")
         keepers = extras.keeper_scale(quick, log)
         res["keeper_scale"] = keepers
         show("DAG-run keepers per triggerer (benchmarks/keeper_scale.py)\n"

@@ -1,0 +1,127 @@
+"""A burst of holders: 32 processes take a lease each at the same moment
+(ttl 6) beside 2 processes that keep both cores busy, hold it for 2.5 ttls
+and give it back. Counts the holders that lost a healthy lease (exit 75) and
+the memory everything the library started beside them takes (PSS of every
+process the holders started: their keepers), with the keeper on and off
+(``LEASE_KEEPER=off``: the in-process heartbeat), side by side.
+
+    .venv/bin/python -m benchmarks.keeper_burst [--holders 32] [--bursts 3] [--stores sqlite,redis]
+
+Targets: 0 lost in every burst; at most 320 MiB PSS beside 32 holders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from benchmarks import local_servers
+from benchmarks.tables import table
+
+ROOT = Path(__file__).resolve().parents[1]
+TTL = 6.0
+HOLD_FOR = 2.5 * TTL
+
+HOLDER = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    from lease_integrations import LeaseLock, connect
+    url, key, ready, stop = sys.argv[1:5]
+    store = connect(url)
+    with LeaseLock(store, key, ttl=float(sys.argv[5])).hold():
+        Path(ready).touch()
+        while not os.path.exists(stop):
+            time.sleep(0.05)
+""")
+BUSY = "while True: pass"
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    return found
+
+
+def pss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def burst(url: str, holders: int, keeper: bool, work: Path) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("LEASE_STORE_URL", None)
+    if not keeper:
+        env["LEASE_KEEPER"] = "off"
+    stop = work / "stop"
+    stop.unlink(missing_ok=True)
+    tag = f"{int(time.time() * 1000)}-{'k' if keeper else 'h'}"
+    readies = [work / f"ready-{tag}-{i}" for i in range(holders)]
+    procs = [subprocess.Popen([sys.executable, "-c", HOLDER, url, f"burst-{tag}-{i}", str(r),
+                               str(stop), str(TTL)], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for i, r in enumerate(readies)]
+    started = time.monotonic()
+    deadline = started + 60
+    while time.monotonic() < deadline and not all(r.exists() or p.poll() is not None
+                                                  for r, p in zip(readies, procs)):
+        time.sleep(0.05)
+    all_ready = time.monotonic() - started
+    # Memory once every holder holds (its keeper running); then hold on.
+    time.sleep(1.0)
+    started_by_library = [c for p in procs for c in children(p.pid)]
+    pss = sum(pss_kib(c) for c in started_by_library) / 1024
+    end = started + HOLD_FOR
+    while time.monotonic() < end:
+        time.sleep(0.1)
+    stop.touch()
+    codes = [p.wait(timeout=60) for p in procs]
+    return {"lost": sum(c == 75 for c in codes), "other": sum(c not in (0, 75) for c in codes),
+            "ready_s": all_ready, "pss_mib": pss, "processes": len(started_by_library)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--holders", type=int, default=32)
+    parser.add_argument("--bursts", type=int, default=3)
+    parser.add_argument("--stores", default="sqlite,redis")
+    args = parser.parse_args()
+    rows = []
+    with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="lease-burst-") as tmp:
+        work = Path(tmp)
+        busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(2)]
+        stack.callback(lambda: [b.kill() or b.wait() for b in busy])
+        for kind in args.stores.split(","):
+            url = (f"sqlite:///{work}/leases.db" if kind == "sqlite"
+                   else stack.enter_context(local_servers.redis_server()))
+            for n in range(args.bursts):
+                for keeper in (True, False):
+                    r = burst(url, args.holders, keeper, work)
+                    rows.append([kind, n + 1, "keeper" if keeper else "in process",
+                                 f"{r['lost']}/{args.holders}", r["other"],
+                                 f"{r['ready_s']:.1f}", r["processes"], f"{r['pss_mib']:.0f}"])
+                    print(*rows[-1], sep="\t", flush=True)
+    print(table("a burst of holders (ttl 6, 2 busy processes)",
+                ["store", "burst", "renewer", "lost", "other exits", "all held after s",
+                 "processes started", "their PSS MiB"], rows))
+
+
+if __name__ == "__main__":
+    main()
