@@ -57,7 +57,8 @@ class LeaseRecord:
 class AcquireResult:
     """What one acquire attempt returns: the new lease on success, or the
     current record on ``busy`` (so the caller can name the holder without a
-    second round trip)."""
+    second round trip), or None when the store only knows others got in first
+    (an optimistic store whose every try lost a race to a free key)."""
 
     granted: bool
     record: LeaseRecord | None

@@ -245,8 +245,9 @@ class S3Store(LeaseStore):
                 return AcquireResult(True, LeaseRecord(
                     key, holder, token, at, at, at + timedelta(seconds=ttl), at,
                     json.loads(json.dumps(dict(meta), default=str))))
-        raise StoreUnavailable(f"acquire of {key!r} kept meeting other writers ({ATTEMPTS} "
-                               "tries)", url=self.url)
+        # Every try found the key free and lost it to another taker's write:
+        # busy, as if one of them still held it. The waiting above decides.
+        return AcquireResult(False, None)
 
     def renew(self, key: str, secret: str, token: int, ttl: float) -> bool:
         for _ in range(ATTEMPTS):
