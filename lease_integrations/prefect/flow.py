@@ -87,8 +87,9 @@ class LeasePlan:
         self.heartbeat = validate_heartbeat(heartbeat, self.ttl)
         self.on_busy = validate_policy(on_busy, FLOW_ON_BUSY, "on_busy")
         if supersede_if is not None and self.on_busy != "supersede":
+            named = getattr(supersede_if, "__name__", None) or repr(supersede_if)
             raise ConfigurationError(
-                f"supersede_if={supersede_if!r} only applies to on_busy='supersede' "
+                f"supersede_if={named} only applies to on_busy='supersede' "
                 f"(on_busy is {self.on_busy!r})")
         self.guard = validate_guard(supersede_if)
         self.supersede = self.on_busy == "supersede"

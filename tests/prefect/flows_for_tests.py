@@ -410,3 +410,10 @@ def fenced_writer(region: str = "eu") -> dict[str, Any]:
 def newest_writer(region: str = "eu") -> dict[str, Any]:
     """Replaces a run scheduled earlier; one scheduled later is left alone."""
     return fenced_rows()
+
+
+@leased_flow(key="supersede-same", ttl=LONG_TTL, on_busy="supersede",
+             supersede_if=only_same("parameters_sha256"))
+async def fenced_writer_async(region: str = "eu") -> dict[str, Any]:
+    """``fenced_writer`` as an async flow (``hold_async(supersede=True)``)."""
+    return await asyncio.to_thread(fenced_rows)

@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prefect_helpers import Child, run_states, wait_until
 
 from lease_integrations import LEASE_LOST_EXIT_STATUS, connect
@@ -49,10 +50,11 @@ def final_state(flow_run_id: str) -> Any:
     return wait_until(final, 20, f"flow run {flow_run_id} to end")
 
 
+@pytest.mark.parametrize("superseder", ["fenced_writer", "fenced_writer_async"])
 def test_a_flow_run_supersedes_the_holder_run_which_ends_cancelled(
-        spawn: Any, coord: Path, lease_url: str) -> None:
+        spawn: Any, coord: Path, lease_url: str, superseder: str) -> None:
     old, old_body = start_holder(spawn, coord, "fenced_writer", region="eu")
-    new = spawn("fenced_writer", region="eu")
+    new = spawn(superseder, region="eu")
     new_body = wait_until(lambda: [b for r, b in bodies(coord).items() if r != old_body["run"]],
                           240, "the superseding run's body")[0]
     (coord / "release").write_text("")
