@@ -33,8 +33,10 @@ def run_fields(fn: Callable[..., Any], args: tuple[Any, ...],
 
     ctx = FlowRunContext.get()
     run = ctx.flow_run if ctx is not None else None
-    parameters = dict(run.parameters) if run is not None and run.parameters is not None \
-        else _bound(fn, args, kwargs)
+    # With the function's defaults filled in: a deployment's run carries only
+    # the parameters it was given, a direct call all of them; one digest for both.
+    parameters = _bound(fn, (), dict(run.parameters)) \
+        if run is not None and run.parameters is not None else _bound(fn, args, kwargs)
     text = json.dumps(parameters, sort_keys=True, separators=(",", ":"), default=str)
     fields: dict[str, Any] = {"parameters_sha256": hashlib.sha256(text.encode()).hexdigest()}
     plain = _plain(text)
