@@ -370,6 +370,10 @@ def fenced_rows() -> dict[str, Any]:
 
     lease = current_lease()
     d = coord_dir()
+    fence = SqlFence()  # the ledger exists before the body announces itself
+    db = sqlite3.connect(d / "ledger.db", isolation_level=None, timeout=30)
+    db.execute("CREATE TABLE IF NOT EXISTS ledger_rows (token INTEGER, pid INTEGER, at REAL)")
+    fence.create_table(db)
     began = time.time()
     others = [json.loads(p.read_text()) for p in d.glob("body-*.json")]
     record = {"run": _run_name(), "token": lease.token, "pid": os.getpid(), "at": began,
@@ -379,10 +383,6 @@ def fenced_rows() -> dict[str, Any]:
     tmp = d / f".body-{record['run']}.tmp"
     tmp.write_text(json.dumps(record))
     tmp.rename(d / f"body-{record['run']}.json")
-    fence = SqlFence()
-    db = sqlite3.connect(d / "ledger.db", isolation_level=None, timeout=30)
-    db.execute("CREATE TABLE IF NOT EXISTS ledger_rows (token INTEGER, pid INTEGER, at REAL)")
-    fence.create_table(db)
     deadline = time.monotonic() + BOUND
     while time.monotonic() < deadline and not (d / "release").exists():
         db.execute("BEGIN IMMEDIATE")
