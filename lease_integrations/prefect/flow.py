@@ -115,10 +115,12 @@ class LeasePlan:
     def lock_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> LeaseLock:
         """Everything that may touch the outside world (the store, a block),
         done when a run starts, never at import."""
+        fields = run_fields(self.fn, args, kwargs)
+        if not self.supersede:  # only a guard needs them: kept out of other flows' history
+            fields.pop("parameters", None)
         return LeaseLock(
             self.source.open(), self.key.render(args, kwargs), self.ttl,
-            heartbeat=self.heartbeat, on_lost=self.on_lost,
-            meta={**run_meta(), **run_fields(self.fn, args, kwargs)},
+            heartbeat=self.heartbeat, on_lost=self.on_lost, meta={**run_meta(), **fields},
         )
 
     def events_for(self, lock: LeaseLock, flow_run_id: str | None) -> LeaseEvents:

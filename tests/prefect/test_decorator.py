@@ -199,3 +199,15 @@ def test_supersede_is_an_on_busy_policy_with_a_guard_also_in_with_options() -> N
         tuned.with_options(on_busy="fail")  # the guard it carries no longer applies
     with pytest.raises(ConfigurationError, match="supersede_if must be a callable"):
         plain_flow.with_options(on_busy="supersede", supersede_if=42)
+
+
+def test_only_a_superseding_flow_writes_its_parameters_into_the_lease_meta() -> None:
+    """Parameters may be sensitive, and every history event copies meta: a
+    flow keeps only their digest there unless a guard may need them."""
+    skipping = leased_flow(key="k", ttl=5, store="memory://meta")(plain)
+    superseding = leased_flow(key="k", ttl=5, store="memory://meta", on_busy="supersede")(plain)
+    skip_meta = skipping.lease_plan.lock_for(("acme",), {}).meta
+    sup_meta = superseding.lease_plan.lock_for(("acme",), {}).meta
+    assert "parameters" not in skip_meta
+    assert sup_meta["parameters"] == {"tenant": "acme", "day": 1, "dry_run": False}
+    assert skip_meta["parameters_sha256"] == sup_meta["parameters_sha256"]
