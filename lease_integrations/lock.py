@@ -319,11 +319,23 @@ class LeaseLock:
 
     # -- async -------------------------------------------------------------------
     async def acquire_async(
-        self, wait: float | None = 0, *, meta: Mapping[str, Any] | None = None
+        self, wait: float | None = 0, *, meta: Mapping[str, Any] | None = None,
+        supersede: bool = False, supersede_if: SupersedeGuard | None = None,
     ) -> Lease:
         """``acquire`` for asyncio code: store calls run in a worker thread so
-        the event loop keeps running while we wait."""
-        return await self._acquire_async(wait, meta, armed=False)
+        the event loop keeps running while we wait. ``supersede``,
+        ``supersede_if``: as for ``acquire``."""
+        validate_guard(supersede_if, supersede)
+        return await self._take_async(wait, meta, supersede, supersede_if, armed=False)
+
+    async def _take_async(self, wait: float | None, meta: Mapping[str, Any] | None,
+                          supersede: bool, guard: SupersedeGuard | None, *,
+                          armed: bool) -> Lease:
+        if not supersede:
+            return await self._acquire_async(wait, meta, armed=armed)
+        from .keeper.supersede import supersede_acquire_async
+
+        return await supersede_acquire_async(self, wait, meta, guard, armed=armed)
 
     async def _acquire_async(self, wait: float | None, meta: Mapping[str, Any] | None, *,
                              armed: bool) -> Lease:
@@ -377,13 +389,18 @@ class LeaseLock:
         return await asyncio.to_thread(self.release, lease)
 
     def hold_async(
-        self, wait: float | None = 0, *, meta: Mapping[str, Any] | None = None
+        self, wait: float | None = 0, *, meta: Mapping[str, Any] | None = None,
+        supersede: bool = False, supersede_if: SupersedeGuard | None = None,
     ) -> AbstractAsyncContextManager[Lease]:
         """``hold`` for asyncio code; ``on_lost="cancel"`` cancels the task
         running the block, and again at each later ``await`` until the block
-        ends (as Trio's cancel scopes do), which then raises ``LeaseLost``."""
+        ends (as Trio's cancel scopes do), which then raises ``LeaseLost``.
+        ``supersede``, ``supersede_if``: as for ``acquire`` (a bad guard is
+        refused here, before the block is entered)."""
+        validate_guard(supersede_if, supersede)
         return self._held_async(
-            lambda: self._acquire_async(wait, meta, armed=self._fail_stop), release=True)
+            lambda: self._take_async(wait, meta, supersede, supersede_if,
+                                     armed=self._fail_stop), release=True)
 
     def hold_adopted_async(
         self, token: int, secret: str, *, release: bool = False

@@ -26,15 +26,22 @@ then as a ``superseded`` event naming the new holder and its meta.
 A guard that refuses, or a break that another supersede won, leaves the
 ordinary busy behaviour: wait as ``wait`` says, then ``LeaseBusy``
 (``SupersedeRefused`` when the guard said no).
+
+Async code (``hold_async(supersede=True)``) runs the same steps on a worker
+thread (``supersede_acquire_async``): a thread cannot be stopped halfway, so a
+task cancelled meanwhile leaves it to finish, and a lease it was granted
+anyway is released, never left renewed by nobody's block.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.errors import LeaseBusy, LeaseError, LeaseLost, SupersedeRefused
@@ -109,6 +116,70 @@ def supersede_acquire(lock: LeaseLock, wait: float | None, meta: Mapping[str, An
              extra={"lease_event": "superseded", "lease_key": lock.key,
                     "lease_token": lease.token, "lease_holder": lease.holder})
     return lease
+
+
+async def supersede_acquire_async(lock: LeaseLock, wait: float | None,
+                                  meta: Mapping[str, Any] | None, guard: SupersedeGuard | None,
+                                  *, armed: bool) -> Lease:
+    """``supersede_acquire`` for asyncio code, on a worker thread so the event
+    loop runs while the old holder is stopped. If the awaiting task is
+    cancelled, the lease the thread is granted (now, or once it finishes) is
+    released: whichever of the two comes second releases it, decided under
+    one lock, so it is released exactly once and never handed to a task that
+    is gone."""
+    handoff = _Handoff(lock)
+    taking = asyncio.ensure_future(asyncio.to_thread(
+        handoff.take, lambda: supersede_acquire(lock, wait, meta, guard, armed=armed)))
+    try:
+        lease = await asyncio.shield(taking)
+    except asyncio.CancelledError:
+        handoff.abandon()
+        taking.add_done_callback(_retrieve)  # its LeaseBusy, say, is nobody's now
+        raise
+    assert lease is not None  # None only once abandoned
+    return lease
+
+
+class _Handoff:
+    """A lease passed from a worker thread to the task awaiting it, or
+    released if the task stopped waiting first."""
+
+    def __init__(self, lock: LeaseLock) -> None:
+        self.lock = lock
+        self._mutex = threading.Lock()
+        self._abandoned = False
+        self._lease: Lease | None = None
+
+    def take(self, acquire: Callable[[], Lease]) -> Lease | None:
+        lease = acquire()
+        with self._mutex:
+            if not self._abandoned:
+                self._lease = lease
+                return lease
+        self._release(lease)  # the task is gone: nobody would ever release it
+        return None
+
+    def abandon(self) -> None:
+        with self._mutex:
+            self._abandoned = True
+            lease, self._lease = self._lease, None
+        if lease is not None:  # granted just as the task was cancelled
+            self._release(lease)
+
+    def _release(self, lease: Lease) -> None:
+        try:
+            self.lock.release(lease)
+        except LeaseError as exc:  # it expires after its ttl; renewals have stopped
+            log.warning("could not release lease %s (token %s) granted to a cancelled "
+                        "supersede: %s", lease.key, lease.token, exc)
+        else:
+            log.info("lease %s (token %s): granted to a supersede whose task was "
+                     "cancelled; released", lease.key, lease.token)
+
+
+def _retrieve(done: asyncio.Future[Lease | None]) -> None:
+    if not done.cancelled():
+        done.exception()
 
 
 def _refusal(record: LeaseRecord, new_meta: Mapping[str, Any],

@@ -11,7 +11,11 @@ machine makes every API call slow: so the callers are found when the run
 starts, on a thread of their own, and a loss only writes the states, all at
 once. Found at the loss, the walk (two reads per level) came before the
 parents' report, and on a loaded machine the process ended between the two:
-the parent stayed Running for ever."""
+the parent stayed Running for ever.
+
+A loss that is a supersede (another run replaced this one on purpose) is
+reported Cancelled instead, naming the run that replaced it
+(``superseded``); every other loss is Crashed."""
 
 from __future__ import annotations
 
@@ -22,27 +26,28 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
-from lease_integrations import Lease
+from lease_integrations import Lease, LeaseStore
 
 from .events import LeaseEvents
+from .superseded import cancel_message, superseded
 
 log = logging.getLogger("lease_integrations")
 
 
 def crash_reporter(lease: Lease, flow_run_id: str | None, events: LeaseEvents,
-                   ) -> Callable[[], None]:
+                   store: LeaseStore | None = None) -> Callable[[], None]:
     """A stop hook that sets the run's state (and its in-process callers')
-    to Crashed, then waits for the ``lost`` event to be sent. Made on the
-    run's thread: the hook runs on fail-stop's, with the run's Prefect
-    settings (API URL, an ephemeral server's address) carried over in its
-    context."""
+    to Crashed (Cancelled when superseded: ``store`` says by which run), then
+    waits for the ``lost`` event to be sent. Made on the run's thread: the
+    hook runs on fail-stop's, with the run's Prefect settings (API URL, an
+    ephemeral server's address) carried over in its context."""
     context = contextvars.copy_context()
     callers = _find_callers(flow_run_id, context)
 
     def report() -> None:
         if flow_run_id is not None:
             try:
-                context.run(_report, flow_run_id, lease, callers)
+                context.run(_report, flow_run_id, lease, callers, store)
             finally:
                 events.wait_sent()
 
@@ -82,16 +87,19 @@ def _may_be_called_in_process(flow_run_id: str) -> bool:
     return run.deployment_id is None and run.parent_task_run_id is not None
 
 
-def _report(flow_run_id: str, lease: Lease, callers: Future[list[Any]]) -> None:
+def _report(flow_run_id: str, lease: Lease, callers: Future[list[Any]],
+            store: LeaseStore | None) -> None:
     from prefect.client.orchestration import get_client
-    from prefect.states import Crashed
+    from prefect.states import Cancelled, Crashed
 
-    message = (f"lease {lease.key!r} (token {lease.token}) was lost: {lease.lost_reason}; "
-               "the process was stopped")
+    final, name = (Cancelled, "Cancelled") if superseded(lease) else (Crashed, "Crashed")
+    message = cancel_message(lease, store) if final is Cancelled else (
+        f"lease {lease.key!r} (token {lease.token}) was lost: {lease.lost_reason}; "
+        "the process was stopped")
     with get_client(sync_client=True) as client:
         def crash(run_id: Any, text: str, what: str) -> None:
-            client.set_flow_run_state(run_id, Crashed(message=text), force=True)
-            log.info("reported flow run %s%s Crashed: %s", run_id, what, text)
+            client.set_flow_run_state(run_id, final(message=text), force=True)
+            log.info("reported flow run %s%s %s: %s", run_id, what, name, text)
 
         sending = [_send(crash, flow_run_id, message, "")]
         try:
@@ -113,7 +121,7 @@ def _send(crash: Callable[[Any, str, str], None], *args: Any) -> threading.Threa
         try:
             context.run(crash, *args)
         except Exception:
-            log.exception("reporting flow run %s Crashed failed", args[0])
+            log.exception("reporting flow run %s's end failed", args[0])
 
     thread = threading.Thread(target=send, name="lease-prefect-crash", daemon=True)
     thread.start()

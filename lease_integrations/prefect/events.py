@@ -62,7 +62,8 @@ class LeaseEvents:
 
     # -- what the wrappers call ------------------------------------------------
     def busy(self, busy: LeaseBusy, outcome: str) -> None:
-        """``outcome``: ``skipped``, ``waiting``, ``failed`` or ``timed-out``."""
+        """``outcome``: ``skipped``, ``waiting``, ``failed``, ``timed-out`` or
+        ``refused`` (a supersede its guard refused)."""
         payload: dict[str, Any] = {
             "outcome": outcome, "holder": busy.holder, "holder_token": busy.token,
             "expires_at": busy.expires_at.isoformat() if busy.expires_at else None,

@@ -11,11 +11,16 @@ Inside the run, a busy lease ends the run as Prefect states do: ``skip``
 returns a ``Cancelled`` state naming the holder (like Prefect's CANCEL_NEW),
 ``fail`` raises ``LeaseBusy`` (the run is Failed with the holder in the
 message), ``wait`` waits (``wait_timeout`` seconds, or for ever) and then
-fails. A lost lease (``on_lost="exit"``, the default) reports the run (and
-the flow runs that called it in this process) Crashed with the reason and
-ends the process running it: the body, the task runs it submitted to a
-thread-pool runner, and every process it started
-(``lease_integrations.keeper.failstop``). Deployed runs get a process of their
+fails, ``supersede`` replaces the holder (``keeper/supersede``: its lease is
+broken, its process stopped and its run reported Cancelled naming this one,
+before this run's body starts), if ``supersede_if(holder_meta, new_meta)``
+allows it; a refusal fails this run (``SupersedeRefused``). The meta each
+run writes carries what guards compare (``run_fields``). A lost lease
+(``on_lost="exit"``, the default) reports the run (and the flow runs that
+called it in this process) Crashed with the reason (Cancelled, naming the
+new run, when it was superseded) and ends the process running it: the body,
+the task runs it submitted to a thread-pool runner, and every process it
+started (``lease_integrations.keeper.failstop``). Deployed runs get a process of their
 own from the runner or worker, so nothing else is stopped with it; a flow
 called in-process ends its caller too (``on_lost="check"`` for code that must
 outlive a loss: the run then ends Failed at the end of the body, never
@@ -47,6 +52,7 @@ from lease_integrations.core import (
     validate_ttl,
     validate_wait,
 )
+from lease_integrations.core.supersede_guards import SupersedeGuard, validate_guard
 from lease_integrations.keeper import stop_hook
 
 from .annotate import annotate_async, annotate_sync
@@ -55,6 +61,7 @@ from .crash import crash_reporter
 from .events import LeaseEvents
 from .keys import KeyTemplate, default_key
 from .quiet import SKIP_PREFIX, quiet_skips
+from .run_fields import run_fields
 from .store import StoreSource
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -62,6 +69,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: Every argument ``@flow`` takes, so a typo is a ConfigurationError here
 #: rather than a TypeError from deep inside Prefect.
 FLOW_ARGUMENTS = frozenset(inspect.signature(Flow.__init__).parameters) - {"self", "fn"}
+
+#: ``on_busy`` for flows: the core's policies and ``supersede``.
+FLOW_ON_BUSY = tuple(dict.fromkeys((*ON_BUSY_POLICIES, "supersede")))
 
 
 class LeasePlan:
@@ -71,11 +81,19 @@ class LeasePlan:
     def __init__(
         self, fn: Callable[..., Any], flow_name: str, *, key: str | None, ttl: float,
         store: Any, on_busy: str, on_lost: str, wait_timeout: float | None,
-        heartbeat: float | None, annotate: bool,
+        heartbeat: float | None, annotate: bool, supersede_if: SupersedeGuard | None = None,
     ) -> None:
         self.ttl = validate_ttl(ttl)
         self.heartbeat = validate_heartbeat(heartbeat, self.ttl)
-        self.on_busy = validate_policy(on_busy, ON_BUSY_POLICIES, "on_busy")
+        self.on_busy = validate_policy(on_busy, FLOW_ON_BUSY, "on_busy")
+        if supersede_if is not None and self.on_busy != "supersede":
+            named = getattr(supersede_if, "__name__", None) or repr(supersede_if)
+            raise ConfigurationError(
+                f"supersede_if={named} only applies to on_busy='supersede' "
+                f"(on_busy is {self.on_busy!r})")
+        self.guard = validate_guard(supersede_if)
+        self.supersede = self.on_busy == "supersede"
+        self.fn = fn
         self.on_lost = validate_on_lost(on_lost, runs_async=inspect.iscoroutinefunction(fn),
                                         subject="flows")
         if wait_timeout is not None and self.on_busy != "wait":
@@ -97,9 +115,12 @@ class LeasePlan:
     def lock_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> LeaseLock:
         """Everything that may touch the outside world (the store, a block),
         done when a run starts, never at import."""
+        fields = run_fields(self.fn, args, kwargs)
+        if not self.supersede:  # only a guard needs them: kept out of other flows' history
+            fields.pop("parameters", None)
         return LeaseLock(
             self.source.open(), self.key.render(args, kwargs), self.ttl,
-            heartbeat=self.heartbeat, on_lost=self.on_lost, meta=run_meta(),
+            heartbeat=self.heartbeat, on_lost=self.on_lost, meta={**run_meta(), **fields},
         )
 
     def events_for(self, lock: LeaseLock, flow_run_id: str | None) -> LeaseEvents:
@@ -116,6 +137,9 @@ class LeasePlan:
         if self.on_busy == "wait":
             events.busy(busy, "timed-out")
             _logger().error("Gave up waiting after %s s: %s", self.wait, busy)
+        elif self.supersede:
+            events.busy(busy, "refused")
+            _logger().error("Not superseding the holder: %s", busy)
         else:
             events.busy(busy, "failed")
         raise busy
@@ -164,7 +188,8 @@ def _sync_wrapper(fn: Callable[..., Any], plan: LeasePlan) -> Callable[..., Any]
             stack.push(events.after_hold)  # runs once the hold has ended: `released`
             try:
                 try:
-                    lease = stack.enter_context(lock.hold(0))
+                    lease = stack.enter_context(
+                        lock.hold(0, supersede=plan.supersede, supersede_if=plan.guard))
                 except LeaseBusy as first:
                     if plan.on_busy != "wait":
                         raise
@@ -174,7 +199,8 @@ def _sync_wrapper(fn: Callable[..., Any], plan: LeasePlan) -> Callable[..., Any]
                 return plan.busy_outcome(busy, events)
             events.acquired(lease)
             stack.enter_context(bound(lease, _run_id(ctx)))
-            stack.enter_context(stop_hook(crash_reporter(lease, _run_id(ctx), events)))
+            stack.enter_context(stop_hook(crash_reporter(lease, _run_id(ctx), events,
+                                                         lock.store)))
             plan.acquired(lease, lock.store)
             if plan.annotate and ctx is not None:
                 annotate_sync(ctx, lease)
@@ -194,7 +220,8 @@ def _async_wrapper(fn: Callable[..., Any], plan: LeasePlan) -> Callable[..., Any
             stack.push(events.after_hold)  # runs once the hold has ended: `released`
             try:
                 try:
-                    lease = await stack.enter_async_context(lock.hold_async(0))
+                    lease = await stack.enter_async_context(
+                        lock.hold_async(0, supersede=plan.supersede, supersede_if=plan.guard))
                 except LeaseBusy as first:
                     if plan.on_busy != "wait":
                         raise
@@ -204,7 +231,8 @@ def _async_wrapper(fn: Callable[..., Any], plan: LeasePlan) -> Callable[..., Any
                 return plan.busy_outcome(busy, events)
             events.acquired(lease)
             stack.enter_context(bound(lease, _run_id(ctx)))
-            stack.enter_context(stop_hook(crash_reporter(lease, _run_id(ctx), events)))
+            stack.enter_context(stop_hook(crash_reporter(lease, _run_id(ctx), events,
+                                                         lock.store)))
             plan.acquired(lease, lock.store)
             if plan.annotate and ctx is not None:
                 await annotate_async(ctx, lease)
@@ -251,7 +279,8 @@ class LeasedFlow(Flow[Any, Any]):  # type: ignore[misc]
 
     def with_options(self, **options: Any) -> LeasedFlow:  # type: ignore[override]
         """``Flow.with_options`` plus ``key``, ``ttl``, ``store``, ``on_busy``,
-        ``on_lost``, ``wait_timeout``, ``heartbeat`` and ``annotate``."""
+        ``on_lost``, ``wait_timeout``, ``heartbeat``, ``annotate`` and
+        ``supersede_if``."""
         lease_overrides = {k: options.pop(k) for k in LEASE_OPTIONS if k in options}
         unknown = sorted(set(options) - set(inspect.signature(Flow.with_options).parameters))
         if unknown:
@@ -277,7 +306,7 @@ class LeasedFlow(Flow[Any, Any]):  # type: ignore[misc]
 
 #: The lease arguments of @leased_flow and LeasedFlow.with_options.
 LEASE_OPTIONS = ("key", "ttl", "store", "on_busy", "on_lost", "wait_timeout", "heartbeat",
-                 "annotate")
+                 "annotate", "supersede_if")
 
 
 def _wrapper(fn: Callable[..., Any], plan: LeasePlan) -> Callable[..., Any]:
@@ -291,9 +320,9 @@ def _build(
     unknown = sorted(set(flow_kwargs) - FLOW_ARGUMENTS)
     if unknown:
         raise ConfigurationError(
-            f"@leased_flow got unknown argument(s) {', '.join(unknown)}; it takes key, ttl, "
-            f"store, on_busy, on_lost, wait_timeout, heartbeat, annotate and every @flow "
-            f"argument ({', '.join(sorted(FLOW_ARGUMENTS))})"
+            f"@leased_flow got unknown argument(s) {', '.join(unknown)}; it takes "
+            f"{', '.join(LEASE_OPTIONS)} and every @flow argument "
+            f"({', '.join(sorted(FLOW_ARGUMENTS))})"
         )
     name = flow_kwargs.get("name") or fn.__name__.replace("_", "-")
     plan = LeasePlan(fn, name, **lease_options)
@@ -314,7 +343,8 @@ def leased_flow(__fn: F) -> Flow[Any, Any]: ...
 def leased_flow(
     __fn: None = None, *, key: str | None = None, ttl: float = 30.0, store: Any = None,
     on_busy: str = "skip", on_lost: str = "exit", wait_timeout: float | None = None,
-    heartbeat: float | None = None, annotate: bool = True, **flow_kwargs: Any,
+    heartbeat: float | None = None, annotate: bool = True,
+    supersede_if: SupersedeGuard | None = None, **flow_kwargs: Any,
 ) -> Callable[[F], Flow[Any, Any]]: ...
 
 
@@ -322,7 +352,7 @@ def leased_flow(
     __fn: Callable[..., Any] | None = None, *, key: str | None = None, ttl: float = 30.0,
     store: Any = None, on_busy: str = "skip", on_lost: str = "exit",
     wait_timeout: float | None = None, heartbeat: float | None = None, annotate: bool = True,
-    **flow_kwargs: Any,
+    supersede_if: SupersedeGuard | None = None, **flow_kwargs: Any,
 ) -> Any:
     """A Prefect flow that holds the lease ``key`` while its body runs.
 
@@ -330,7 +360,11 @@ def leased_flow(
     (``"billing-{tenant}"``). ``store`` is a URL, ``"block:<name>"``, a
     ``LeaseStoreBlock`` or a ``LeaseStore``; by default ``$LEASE_STORE_URL``,
     else the embedded SQLite file. ``on_busy`` is ``skip`` (Cancelled),
-    ``fail`` (Failed) or ``wait`` (up to ``wait_timeout`` s, then Failed);
+    ``fail`` (Failed), ``wait`` (up to ``wait_timeout`` s, then Failed) or
+    ``supersede`` (the holder's run is stopped and ends Cancelled, then this
+    one runs; ``supersede_if(holder_meta, new_meta)`` may refuse, e.g.
+    ``only_same("parameters_sha256")`` or ``only_newer("scheduled_start")``
+    from ``lease_integrations.core.supersede_guards``: this run then Fails);
     ``on_lost`` is ``exit`` (report the run Crashed and end the process running
     it, with its task runs and child processes), ``check`` (nothing is stopped;
     ``current_lease().check()`` raises, and the run ends Failed) or, for async
@@ -339,7 +373,8 @@ def leased_flow(
     key and token. Every other argument goes to ``@flow`` unchanged.
     """
     lease_options = dict(key=key, ttl=ttl, store=store, on_busy=on_busy, on_lost=on_lost,
-                         wait_timeout=wait_timeout, heartbeat=heartbeat, annotate=annotate)
+                         wait_timeout=wait_timeout, heartbeat=heartbeat, annotate=annotate,
+                         supersede_if=supersede_if)
     if __fn is None:
         return lambda fn: _build(fn, lease_options, flow_kwargs)
     return _build(__fn, lease_options, flow_kwargs)

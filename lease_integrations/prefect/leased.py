@@ -64,14 +64,16 @@ class leased:  # lower case: used like a function, `with leased("key"):`
         events = LeaseEvents(self.key, active_flow_run_id(), self.on_lost)
         with ExitStack() as stack:
             stack.push(events.after_hold)  # runs once the hold has ended: `released`
+            lock = self._lock()
             try:
-                lease = stack.enter_context(self._lock().hold(self.wait))
+                lease = stack.enter_context(lock.hold(self.wait))
             except LeaseBusy as busy:  # after `wait` seconds: the block raises it
                 events.busy(busy, "failed")
                 raise
             events.acquired(lease)
             stack.enter_context(bound(lease, active_flow_run_id()))
-            stack.enter_context(stop_hook(crash_reporter(lease, active_flow_run_id(), events)))
+            stack.enter_context(stop_hook(crash_reporter(lease, active_flow_run_id(), events,
+                                                         lock.store)))
             self._sync_stack = stack.pop_all()
         return lease
 
@@ -97,7 +99,8 @@ class leased:  # lower case: used like a function, `with leased("key"):`
                 raise
             events.acquired(lease)
             stack.enter_context(bound(lease, active_flow_run_id()))
-            stack.enter_context(stop_hook(crash_reporter(lease, active_flow_run_id(), events)))
+            stack.enter_context(stop_hook(crash_reporter(lease, active_flow_run_id(), events,
+                                                         lock.store)))
             self._async_stack = stack.pop_all()
         return lease
 

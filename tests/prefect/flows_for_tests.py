@@ -13,6 +13,7 @@ import asyncio
 import ctypes
 import json
 import os
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 import lease_integrations
 from lease_integrations import Lease
+from lease_integrations.core.supersede_guards import only_newer, only_same
 from lease_integrations.prefect import current_lease, leased, leased_flow
 
 LONG_TTL = 12.0
@@ -354,3 +356,64 @@ def busy_holder(seconds: int = 5) -> int:
     ctypes.PyDLL(None).sleep(seconds)
     (coord_dir() / "call-end").write_text(f"{time.monotonic():.6f}")
     return current_lease().token
+
+
+# -- supersede (test_supersede) ----------------------------------------------------
+# A body that writes fenced rows into $LEASE_TEST_DIR/ledger.db (an SqlFence
+# check and the row in one transaction: a committed row is a write the fence
+# accepted) until the file ``release`` exists. It first writes
+# ``body-<run>.json``: its token, pid, when it began, and which other bodies'
+# processes still ran at that moment.
+def fenced_rows() -> dict[str, Any]:
+    from lease_integrations import SqlFence, StaleToken
+    from lease_integrations.keeper.kernel import is_gone, process_state
+
+    lease = current_lease()
+    d = coord_dir()
+    fence = SqlFence()  # the ledger exists before the body announces itself
+    db = sqlite3.connect(d / "ledger.db", isolation_level=None, timeout=30)
+    db.execute("CREATE TABLE IF NOT EXISTS ledger_rows (token INTEGER, pid INTEGER, at REAL)")
+    fence.create_table(db)
+    began = time.time()
+    others = [json.loads(p.read_text()) for p in d.glob("body-*.json")]
+    record = {"run": _run_name(), "token": lease.token, "pid": os.getpid(), "at": began,
+              "meta": lease.meta,
+              "others_running": [o["pid"] for o in others
+                                 if not is_gone(process_state(o["pid"]))]}
+    tmp = d / f".body-{record['run']}.tmp"
+    tmp.write_text(json.dumps(record))
+    tmp.rename(d / f"body-{record['run']}.json")
+    deadline = time.monotonic() + BOUND
+    while time.monotonic() < deadline and not (d / "release").exists():
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            fence.check(db, "ledger", lease.token)
+            db.execute("INSERT INTO ledger_rows VALUES (?, ?, ?)",
+                       (lease.token, os.getpid(), time.time()))
+        except StaleToken:
+            db.execute("ROLLBACK")
+        else:
+            db.execute("COMMIT")
+        time.sleep(0.005)  # the pace of the work, not a synchronisation
+    return {"token": lease.token}
+
+
+@leased_flow(key="supersede-same", ttl=LONG_TTL, on_busy="supersede",
+             supersede_if=only_same("parameters_sha256"))
+def fenced_writer(region: str = "eu") -> dict[str, Any]:
+    """Replaces a run of the same parameters; a run of others is refused."""
+    return fenced_rows()
+
+
+@leased_flow(key="supersede-newer", ttl=LONG_TTL, on_busy="supersede",
+             supersede_if=only_newer("scheduled_start"))
+def newest_writer(region: str = "eu") -> dict[str, Any]:
+    """Replaces a run scheduled earlier; one scheduled later is left alone."""
+    return fenced_rows()
+
+
+@leased_flow(key="supersede-same", ttl=LONG_TTL, on_busy="supersede",
+             supersede_if=only_same("parameters_sha256"))
+async def fenced_writer_async(region: str = "eu") -> dict[str, Any]:
+    """``fenced_writer`` as an async flow (``hold_async(supersede=True)``)."""
+    return await asyncio.to_thread(fenced_rows)

@@ -35,10 +35,14 @@ for _module in ("prefect.artifacts", "prefect.client.orchestration", "prefect.de
 
 
 def run(name: str, params: dict[str, Any], out: Path) -> None:
-    """Run ``name`` (``name@thread``: from a thread other than the main one)."""
+    """Run ``name`` (``name@thread``: from a thread other than the main one;
+    ``name@scheduled:<seconds>``: a run created Scheduled that many seconds
+    from now, then run by the engine, as a worker runs a scheduled run)."""
     name, _, where = name.partition("@")
     flow = getattr(flows_for_tests, name)
-    if flow.isasync:
+    if where.startswith("scheduled:"):
+        state = _run_scheduled(flow, params, float(where.partition(":")[2]))
+    elif flow.isasync:
         state = asyncio.run(flow(**params, return_state=True))
     elif where == "thread":
         states: list[Any] = []
@@ -58,6 +62,22 @@ def run(name: str, params: dict[str, Any], out: Path) -> None:
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(record))
     tmp.rename(out)
+
+
+def _run_scheduled(flow: Any, params: dict[str, Any], offset: float) -> Any:
+    """Create the run Scheduled for now + ``offset`` s (its expected start),
+    then run it in this process through the engine."""
+    from datetime import datetime, timedelta, timezone
+
+    from prefect.client.orchestration import get_client
+    from prefect.flow_engine import run_flow
+    from prefect.states import Scheduled
+
+    when = datetime.now(timezone.utc) + timedelta(seconds=offset)
+    with get_client(sync_client=True) as client:
+        flow_run = client.create_flow_run(flow, parameters=params,
+                                          state=Scheduled(scheduled_time=when))
+    return run_flow(flow, flow_run=flow_run, parameters=params, return_type="state")
 
 
 def _slow_lost_event(delay: float) -> None:

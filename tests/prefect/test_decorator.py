@@ -14,6 +14,7 @@ from prefect import flow
 from prefect.flows import Flow
 
 from lease_integrations import ConfigurationError, connect
+from lease_integrations.core.supersede_guards import only_newer, only_same
 from lease_integrations.prefect import leased_flow
 
 
@@ -82,6 +83,12 @@ def test_bare_decorator_uses_the_flow_name() -> None:
         ({"store": 3.5}, "3.5"),
         ({"annotate": "yes"}, "'yes'"),
         ({"retrys": 3}, "retrys"),
+        ({"supersede_if": only_newer()}, "supersede_if=only_newer('logical_date') only applies "
+                                         "to on_busy='supersede' (on_busy is 'skip')"),
+        ({"on_busy": "supersede", "supersede_if": "newer"},
+         "supersede_if must be a callable (holder_meta, new_meta) -> bool, got 'newer'"),
+        ({"on_busy": "supersede", "wait_timeout": 5}, "wait_timeout=5"),
+        ({"on_busy": "replace"}, "'replace'"),
     ],
 )
 def test_bad_settings_are_refused_at_decoration(options: dict[str, Any], named: str) -> None:
@@ -171,3 +178,36 @@ def test_flow_fn_called_directly_still_takes_the_lease() -> None:
     assert (n7, n8) == (7, 8) and first < second
     record = connect(url).get("direct")
     assert record is not None and record.holder is None and record.token == second
+
+
+def test_supersede_is_an_on_busy_policy_with_a_guard_also_in_with_options() -> None:
+    """``on_busy="supersede"`` with or without ``supersede_if``, at the
+    decorator and in ``with_options`` (which validates as the decorator does)."""
+    guard = only_same("parameters_sha256")
+    leased = leased_flow(key="k", ttl=5, store="memory://sup", on_busy="supersede",
+                         supersede_if=guard)(plain)
+    assert (leased.lease_plan.on_busy, leased.lease_plan.guard) == ("supersede", guard)
+    assert leased_flow(on_busy="supersede")(plain).lease_plan.guard is None
+    plain_flow = leased_flow(key="k", ttl=5, store="memory://sup")(plain)
+    newer = only_newer("scheduled_start")
+    tuned = plain_flow.with_options(on_busy="supersede", supersede_if=newer)
+    assert (tuned.lease_plan.supersede, tuned.lease_plan.guard) == (True, newer)
+    assert plain_flow.lease_plan.supersede is False
+    with pytest.raises(ConfigurationError, match="only applies to on_busy='supersede'"):
+        plain_flow.with_options(supersede_if=newer)
+    with pytest.raises(ConfigurationError, match="only applies to on_busy='supersede'"):
+        tuned.with_options(on_busy="fail")  # the guard it carries no longer applies
+    with pytest.raises(ConfigurationError, match="supersede_if must be a callable"):
+        plain_flow.with_options(on_busy="supersede", supersede_if=42)
+
+
+def test_only_a_superseding_flow_writes_its_parameters_into_the_lease_meta() -> None:
+    """Parameters may be sensitive, and every history event copies meta: a
+    flow keeps only their digest there unless a guard may need them."""
+    skipping = leased_flow(key="k", ttl=5, store="memory://meta")(plain)
+    superseding = leased_flow(key="k", ttl=5, store="memory://meta", on_busy="supersede")(plain)
+    skip_meta = skipping.lease_plan.lock_for(("acme",), {}).meta
+    sup_meta = superseding.lease_plan.lock_for(("acme",), {}).meta
+    assert "parameters" not in skip_meta
+    assert sup_meta["parameters"] == {"tenant": "acme", "day": 1, "dry_run": False}
+    assert skip_meta["parameters_sha256"] == sup_meta["parameters_sha256"]

@@ -207,3 +207,41 @@ def test_engine_run_of_a_created_flow_run_takes_the_lease(
     assert free.is_completed()
     (record_file,) = coord.glob("deployed-*.json")
     assert json.loads(record_file.read_text())["meta"]["flow_run_id"] == str(free_run.id)
+
+
+@pytest.mark.timeout(900)
+def test_a_served_run_supersedes_another_which_ends_cancelled_with_exit_75(
+    child_env: dict[str, str], coord: Path, lease_url: str, tmp_path: Path
+) -> None:
+    """``fenced_writer`` (``on_busy="supersede"``) served: a second deployment
+    run replaces the first; the runner sees the first exit 75 after it was
+    reported Cancelled, and its Crashed proposal does not undo that."""
+    from prefect.deployments import run_deployment
+
+    def bodies() -> dict[str, Any]:
+        return {r["run"]: r for r in (json.loads(p.read_text())
+                                      for p in coord.glob("body-*.json"))}
+
+    with _serving(child_env, tmp_path / "serve.log"):
+        wait_until(lambda: _deployment_id("fenced-writer/supersede"), ENGINE_WAIT,
+                   "serve() to register the deployment")
+        first = run_deployment("fenced-writer/supersede", parameters={"region": "eu"},
+                               timeout=0)
+        wait_until(lambda: str(first.id) in bodies(), ENGINE_WAIT, "the first run's body")
+        second = run_deployment("fenced-writer/supersede", parameters={"region": "eu"},
+                                timeout=0)
+        new = wait_until(lambda: bodies().get(str(second.id)), ENGINE_WAIT,
+                         "the second run's body")
+        assert new["others_running"] == [] and new["token"] > bodies()[str(first.id)]["token"]
+        (coord / "release").write_text("")
+        done = wait_until(lambda: (s := run_states(second.id)[0]) is not None and s.is_final()
+                          and s, 120, "the second run to end")
+        assert done.is_completed(), done
+        wait_until(lambda: f"status code: {LEASE_LOST_EXIT_STATUS}" in
+                   (tmp_path / "serve.log").read_text(errors="replace"), 60,
+                   "the runner to log the first run's exit status")
+        state, history = run_states(first.id)
+        assert state is not None and state.is_cancelled(), (state, history)
+        assert f"superseded by flow run {new['meta']['flow_run_name']!r} ({second.id}" in (
+            state.message or ""), state.message
+        assert not [s for s in history if s.is_completed()], history
