@@ -1,0 +1,79 @@
+"""Parse time for ``supersede``: a bad ``supersede_if`` (not callable, or
+given without ``on_busy="supersede"``) fails the DAG file with an error
+naming the argument, an import error in the UI, before any run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import dag_bag_class
+
+try:  # Airflow 3
+    from airflow.sdk import DAG, task
+except ImportError:  # Airflow 2.11
+    from airflow import DAG
+    from airflow.decorators import task
+
+from lease_integrations import ConfigurationError
+from lease_integrations.airflow import LeasedPythonOperator
+from lease_integrations.core.supersede_guards import only_newer, only_same
+
+BAD = [
+    ({"on_busy": "supersede", "supersede_if": "logical_date"}, "supersede_if must be a callable"),
+    ({"on_busy": "supersede", "supersede_if": 3}, "supersede_if must be a callable"),
+    ({"on_busy": "skip", "supersede_if": only_newer()}, "only applies with on_busy='supersede'"),
+    ({"supersede_if": only_same("params")}, "only applies with on_busy='supersede'"),
+    ({"on_busy": "supersede", "deferrable": True}, "deferrable"),
+    ({"on_busy": "supersede", "wait_timeout": 5}, "wait_timeout"),
+]
+
+
+def noop() -> None:
+    pass
+
+
+@pytest.mark.parametrize(("kwargs", "named"), BAD)
+def test_a_bad_supersede_fails_the_operator_and_the_decorator(kwargs: dict[str, Any],
+                                                              named: str) -> None:
+    with DAG("bad_supersede", schedule=None), pytest.raises(ConfigurationError) as info:
+        LeasedPythonOperator(task_id="t", python_callable=noop, **kwargs)
+    assert named in str(info.value)
+    with DAG("bad_supersede_decorated", schedule=None), \
+            pytest.raises(ConfigurationError) as info:
+        task.leased(**kwargs)(noop)()
+    assert named in str(info.value)
+
+
+def test_supersede_with_a_guard_is_accepted() -> None:
+    with DAG("good_supersede", schedule=None):
+        op = LeasedPythonOperator(task_id="t", python_callable=noop, on_busy="supersede",
+                                  supersede_if=only_newer("logical_date"))
+        bare = LeasedPythonOperator(task_id="u", python_callable=noop, on_busy="supersede")
+    assert op.lease_options.on_busy == "supersede"
+    assert op.lease_options.supersede_if is not None and bare.lease_options.supersede_if is None
+
+
+BAD_DAG = '''
+from datetime import datetime, timezone
+try:
+    from airflow.sdk import DAG
+except ImportError:
+    from airflow import DAG
+from lease_integrations.airflow import LeasedPythonOperator
+
+with DAG("bad_guard_file", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)):
+    LeasedPythonOperator(task_id="t", python_callable=print, on_busy="supersede",
+                         supersede_if="only_newer")
+'''
+
+
+def test_a_dag_file_with_a_bad_supersede_if_fails_to_import(airflow_home: Path,
+                                                            tmp_path: Path) -> None:
+    path = tmp_path / "bad_guard.py"
+    path.write_text(BAD_DAG)
+    bag = dag_bag_class()(dag_folder=str(path))
+    assert "bad_guard_file" not in bag.dag_ids
+    errors = "\n".join(bag.import_errors.values())
+    assert "supersede_if must be a callable" in errors, bag.import_errors
