@@ -93,11 +93,12 @@ def rows(records: Path) -> list[tuple[int, int, float]]:
                 db.execute("SELECT token, pid, t FROM rows ORDER BY rowid")]
 
 
-def try_states(airflow_home: Path, dag_id: str) -> list[tuple[str, str, int]]:
-    """(run_id, state, try_number) of each try of ``dag_id`` in the metadata DB."""
+def try_states(airflow_home: Path, dag_id: str, task_id: str) -> list[tuple[str, str, int]]:
+    """(run_id, state, try_number) of each try of ``task_id`` in the metadata DB."""
     with sqlite3.connect(airflow_home / "airflow.db") as db:
         return [(str(r), str(s), int(n)) for r, s, n in db.execute(
-            "SELECT run_id, state, try_number FROM task_instance WHERE dag_id = ?", (dag_id,))]
+            "SELECT run_id, state, try_number FROM task_instance WHERE dag_id = ? "
+            "AND task_id = ?", (dag_id, task_id))]
 
 
 __all__ = ["AIRFLOW_2", "DAGS", "DagTest", "events", "rows", "try_states"]

@@ -79,7 +79,7 @@ def test_a_newer_run_supersedes_the_holder_which_fails_naming_it(
         assert all(r[2] < body["t"] for r in written if r[0] == held["token"])
 
         # The old try: FAILED once, naming the run that replaced it.
-        states = try_states(airflow_home, "sup_op")
+        states = try_states(airflow_home, "sup_op", "write")
         assert [(s, n) for r, s, n in states if r == held["run_id"]] == [("failed", 1)], states
         log = old.output()
         assert "this try was superseded" in log, log[-3000:]

@@ -77,3 +77,16 @@ def test_a_dag_file_with_a_bad_supersede_if_fails_to_import(airflow_home: Path,
     assert "bad_guard_file" not in bag.dag_ids
     errors = "\n".join(bag.import_errors.values())
     assert "supersede_if must be a callable" in errors, bag.import_errors
+
+
+@pytest.mark.parametrize(("kwargs", "named"), BAD[:4])
+def test_a_bad_supersede_fails_the_dag_run_lease(kwargs: dict[str, Any], named: str) -> None:
+    from datetime import datetime, timezone
+
+    from lease_integrations.airflow.dag_run_lease import dag_run_lease
+
+    with DAG("bad_run_supersede", schedule=None,
+             start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)), \
+            pytest.raises(ConfigurationError) as info, dag_run_lease(**kwargs):
+        LeasedPythonOperator(task_id="t", python_callable=noop)
+    assert named in str(info.value)

@@ -5,7 +5,9 @@ write fenced rows (``SqlFence``) into one SQLite file under
 - ``sup_op`` (``LeasedPythonOperator``, its ``on_kill`` recorded): a holder
   that writes a row every 20 ms until the gate ``done`` opens;
 - ``sup_deco`` (``@task.leased``): records when its body starts, writes one
-  row and returns.
+  row and returns;
+- ``sup_run``: the same holder's work as the one task of a DAG-run lease
+  (``sup/run``) that supersedes too.
 
 Both take ``on_busy="supersede"`` guarded by ``only_newer("logical_date")``
 and have a retry, so a superseded try that were retried would show it.
@@ -30,6 +32,7 @@ except ImportError:  # Airflow 2.11
 
 from lease_integrations import StaleToken
 from lease_integrations.airflow import LeasedPythonOperator
+from lease_integrations.airflow.dag_run_lease import dag_run_lease
 from lease_integrations.core.fencing import SqlFence
 from lease_integrations.core.supersede_guards import only_newer
 
@@ -83,7 +86,8 @@ def _started(context: dict[str, Any]) -> int:
     ``supersedes`` entry of its lease meta) still ran at that moment."""
     lease, ti = context["lease"], context["ti"]
     replaced = (lease.meta or {}).get("supersedes") or {}
-    pid = int(str(replaced.get("holder", ":0")).rsplit(":", 1)[1] or 0)
+    tail = str(replaced.get("holder", "")).rsplit(":", 1)[-1]
+    pid = int(tail) if tail.isdigit() else 0  # a run's holder (dagrun:...) names no pid
     record("body", dag_id=ti.dag_id, run_id=ti.run_id, try_number=ti.try_number,
            token=lease.token, meta=lease.meta, replaced_pid=pid or None,
            replaced_running=_running(pid) if pid else None)
@@ -120,3 +124,15 @@ with DAG("sup_deco", schedule="@daily", start_date=START, catchup=False,
         record("written", token=token, accepted=write_row(token))
 
     write()
+
+
+with DAG("sup_run", schedule=None, start_date=START, catchup=False,
+         default_args=DEFAULTS) as sup_run, \
+        dag_run_lease(lease_key="sup/run", lease_ttl=TTL, on_busy="supersede",
+                      supersede_if=only_newer("logical_date")):
+
+    @task
+    def run_work(**context: Any) -> None:
+        hold_and_write(**context)
+
+    run_work()
