@@ -24,8 +24,10 @@ from supersede_runs import DagTest, events, rows, try_states
 
 from lease_integrations import LEASE_LOST_EXIT_STATUS, connect
 
-OLD, NEW, BACKFILL = "2026-06-02T00:00:00+00:00", "2026-06-03T00:00:00+00:00", \
-    "2026-06-01T00:00:00+00:00"
+# Each test its own dates: Airflow 2.11's dag.test() deletes an earlier run of
+# the same date first, which fails there (its DagRun note needs the FAB models).
+OLD, NEW = "2026-06-02T00:00:00+00:00", "2026-06-03T00:00:00+00:00"
+HELD, BACKFILL = "2026-07-02T00:00:00+00:00", "2026-07-01T00:00:00+00:00"
 WAIT = 240.0
 
 
@@ -37,8 +39,9 @@ def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return directory
 
 
-def _holder(records: Path, airflow_home: Path, tmp_path: Path) -> tuple[DagTest, dict]:
-    old = DagTest("sup_op", OLD, records, airflow_home, tmp_path / "old.log")
+def _holder(records: Path, airflow_home: Path, tmp_path: Path,
+            date: str) -> tuple[DagTest, dict]:
+    old = DagTest("sup_op", date, records, airflow_home, tmp_path / "old.log")
 
     def working() -> dict | None:
         assert old.process.poll() is None, old.output()[-3000:]
@@ -51,7 +54,7 @@ def _holder(records: Path, airflow_home: Path, tmp_path: Path) -> tuple[DagTest,
 @pytest.mark.timeout(600)
 def test_a_newer_run_supersedes_the_holder_which_fails_naming_it(
         airflow_home: Path, records: Path, tmp_path: Path) -> None:
-    old, held = _holder(records, airflow_home, tmp_path)
+    old, held = _holder(records, airflow_home, tmp_path, OLD)
     new = None
     try:
         started = time.time()
@@ -104,7 +107,7 @@ def test_a_newer_run_supersedes_the_holder_which_fails_naming_it(
 @pytest.mark.timeout(600)
 def test_only_newer_refuses_a_backfill_which_then_fails_as_busy(
         airflow_home: Path, records: Path, tmp_path: Path) -> None:
-    old, held = _holder(records, airflow_home, tmp_path)
+    old, held = _holder(records, airflow_home, tmp_path, HELD)
     backfill = None
     try:
         backfill = DagTest("sup_deco", BACKFILL, records, airflow_home, tmp_path / "backfill.log")
