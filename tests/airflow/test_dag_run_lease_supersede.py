@@ -64,3 +64,47 @@ def test_a_newer_run_supersedes_the_run_holding_the_dag_run_lease(
         old.stop()
         if new is not None:
             new.stop()
+
+
+def test_the_run_supersede_on_a_real_store_without_airflow_running(tmp_path: Path) -> None:
+    """``run_supersede.supersede_run`` alone: the old run's token broken and
+    recorded as superseded by the new run, the old run's renewal refused,
+    the new token higher and handed over only once the broken lease expired
+    (a run's holder names no pid to watch); then ``only_newer`` refuses an
+    older run and leaves the holder alone."""
+    from lease_integrations import LeaseLock, connect
+    from lease_integrations.airflow.run_lease import acquire_for_run, run_secret
+    from lease_integrations.airflow.run_supersede import supersede_run
+    from lease_integrations.core.errors import SupersedeRefused
+    from lease_integrations.core.supersede_guards import only_newer
+
+    key, ttl = "sup/run-parts", 2.0
+    with connect(f"sqlite://{tmp_path}/leases.db") as store:
+        old_secret = run_secret(key, "d", "old", "n1")
+        old = acquire_for_run(store, key, "dagrun:d:old", old_secret, ttl,
+                              {"dag_id": "d", "run_id": "old", "logical_date": OLD})
+        assert old.granted and old.record is not None
+        guard = only_newer("logical_date")
+        started = time.monotonic()
+        token = supersede_run(LeaseLock(store, key, ttl=ttl), "dagrun:d:new",
+                              run_secret(key, "d", "new", "n2"),
+                              {"dag_id": "d", "run_id": "new", "logical_date": NEW}, guard)
+        waited = time.monotonic() - started
+        assert token > old.record.token
+        assert waited >= ttl * 0.8, waited  # the broken lease's expiry, less its age
+        assert not store.renew(key, old_secret, old.record.token, ttl)
+        record = store.get(key)
+        assert record is not None and (record.token, record.holder) == (token, "dagrun:d:new")
+        history = store.history(key, limit=20)
+        assert [e.detail["by"] for e in history if e.kind == "broken"] == [
+            "supersede by dagrun:d:new"]
+        superseded = next(e for e in history if e.kind == "superseded")
+        assert superseded.token == old.record.token
+        assert superseded.detail["meta"]["run_id"] == "new"
+
+        with pytest.raises(SupersedeRefused, match=r"only_newer\('logical_date'\) refused"):
+            supersede_run(LeaseLock(store, key, ttl=ttl), "dagrun:d:backfill",
+                          run_secret(key, "d", "backfill", "n3"),
+                          {"dag_id": "d", "run_id": "backfill", "logical_date": OLD}, guard)
+        after = store.get(key)
+        assert after is not None and after.token == token
