@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import socket
 from collections.abc import Mapping
 from datetime import datetime
@@ -17,6 +18,10 @@ from typing import Any
 #: Params larger than this as JSON are recorded as a digest (``params_sha256``):
 #: the whole meta is copied into every history event and has a size limit.
 PARAMS_MAX_BYTES = 1024
+
+#: What no store keeps alike in meta (NUL; a surrogate, perhaps a lone one),
+#: as ``json.dumps`` escapes it: such params are recorded as their digest.
+UNSTORABLE = re.compile(r"\\u(0000|d[89a-f][0-9a-f]{2})", re.IGNORECASE)
 
 #: The run's times a guard may compare (ISO 8601 text, None when the run has none).
 RUN_TIMES = ("logical_date", "data_interval_start", "data_interval_end")
@@ -74,7 +79,7 @@ def _params(params: object) -> dict[str, Any]:
         text = json.dumps(plain, sort_keys=True, default=str, allow_nan=False)
     except (TypeError, ValueError):
         return {}
-    if len(text.encode()) > PARAMS_MAX_BYTES:
+    if len(text.encode()) > PARAMS_MAX_BYTES or UNSTORABLE.search(text):
         return {"params_sha256": hashlib.sha256(text.encode()).hexdigest()}
     value: Any = json.loads(text)
     return {"params": value}

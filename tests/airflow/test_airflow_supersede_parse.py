@@ -90,3 +90,17 @@ def test_a_bad_supersede_fails_the_dag_run_lease(kwargs: dict[str, Any], named: 
             pytest.raises(ConfigurationError) as info, dag_run_lease(**kwargs):
         LeasedPythonOperator(task_id="t", python_callable=noop)
     assert named in str(info.value)
+
+
+def test_params_reach_the_meta_plainly_or_as_a_digest() -> None:
+    """A guard reads params from the meta; what no store keeps alike (NUL, a
+    lone surrogate) or what is too large goes in as a digest, never fails the run."""
+    from datetime import date
+
+    from lease_integrations.airflow.meta import _params
+
+    assert _params({"region": "eu", "day": date(2026, 1, 1)}) == {
+        "params": {"day": "2026-01-01", "region": "eu"}}
+    assert _params(None) == {}
+    for unstorable in ({"a": "x\x00y"}, {"a": "\udc80"}, {"a": "x" * 2000}):
+        assert set(_params(unstorable)) == {"params_sha256"}, unstorable
