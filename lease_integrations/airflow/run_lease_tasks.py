@@ -83,6 +83,7 @@ class AcquireDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
         remaining = remaining_wait(options, self._deadline)
         deadline = None if remaining is None else time.monotonic() + remaining
         first = True
+
         def granted(token: int) -> None:
             lease = DagRunLease(key=key, token=token, ttl=options.lease_ttl,
                                 heartbeat=heartbeat, conn_id=options.lease_conn_id,
