@@ -38,10 +38,14 @@ from lease_integrations.core.supersede_guards import only_newer
 
 RECORD_DIR = Path(os.environ.get("SUPERSEDE_RECORD_DIR", "/nonexistent"))
 KEY = "sup/rows"
-TTL = 6.0  # heartbeat 2 s, margin 1.2 s
+# Margin ttl/5 = 3 s: the superseded try's ladder (on_kill, then the FAILED
+# it records through Airflow's DB or API) gets about a second before the
+# keeper's hard stop, room enough on a loaded two-core machine; the heartbeat
+# of 2 s is how soon the old holder learns of the break.
+TTL, HEARTBEAT = 15.0, 2.0
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
-LEASE = {"lease_key": KEY, "lease_ttl": TTL, "on_busy": "supersede",
-         "supersede_if": only_newer("logical_date")}
+LEASE = {"lease_key": KEY, "lease_ttl": TTL, "lease_heartbeat": HEARTBEAT,
+         "on_busy": "supersede", "supersede_if": only_newer("logical_date")}
 DEFAULTS = {"retries": 1, "retry_delay": timedelta(seconds=1)}
 FENCE = SqlFence()
 
@@ -128,8 +132,8 @@ with DAG("sup_deco", schedule="@daily", start_date=START, catchup=False,
 
 with DAG("sup_run", schedule=None, start_date=START, catchup=False,
          default_args=DEFAULTS) as sup_run, \
-        dag_run_lease(lease_key="sup/run", lease_ttl=TTL, on_busy="supersede",
-                      supersede_if=only_newer("logical_date")):
+        dag_run_lease(lease_key="sup/run", lease_ttl=TTL, lease_heartbeat=HEARTBEAT,
+                      on_busy="supersede", supersede_if=only_newer("logical_date")):
 
     @task
     def run_work(**context: Any) -> None:
