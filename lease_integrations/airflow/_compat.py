@@ -14,6 +14,9 @@ deprecation warning.
   ``airflow.operators.python`` (or the standard provider, when installed).
 - Airflow 3.2 made ``airflow.sdk.exceptions`` the home of the task-facing
   exceptions; 3.0, 3.1 and 2.11 have them in ``airflow.exceptions``.
+- How a try is failed without a retry from outside its ``execute`` (a
+  superseded try, on the fail-stop ladder's thread): Airflow 3 tells the Task
+  SDK supervisor (``TaskState``), 2.11 writes the metadata DB.
 - The secrets backends a console process (``leasectl``) searches, and 3.3's
   access-denied answer from one.
 """
@@ -139,6 +142,42 @@ def run_states(dag_id: str, run_id: str) -> tuple[str, dict[str, str]] | None:
     return str(getattr(run_state, "value", run_state)), tasks
 
 
+def fail_try_without_retry(context: Mapping[str, Any]) -> bool:
+    """Record the running try as FAILED, never up for retry, from any thread
+    of the task's process. True when a supervisor outside this process now
+    holds that state and reads it only if the process exits 0 (Airflow 3's
+    task runner under the scheduler); False when the state is recorded
+    already (``dag.test()``, Airflow 2.11's metadata DB). Raises when it
+    cannot be done: the process then ends as a crash does."""
+    from datetime import datetime, timezone
+
+    ti = context["ti"]
+    if AIRFLOW_3:
+        from airflow.sdk.api.datamodels._generated import TaskInstanceState
+        from airflow.sdk.execution_time import task_runner
+        from airflow.sdk.execution_time.comms import TaskState
+        from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms
+
+        comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
+        if comms is None:
+            raise RuntimeError("no Task SDK supervisor to tell")
+        fields: dict[str, Any] = {"state": TaskInstanceState.FAILED,
+                                  "end_date": datetime.now(timezone.utc)}
+        if "rendered_map_index" in TaskState.model_fields:
+            fields["rendered_map_index"] = getattr(ti, "rendered_map_index", None)
+        comms.send(TaskState(**fields))
+        if isinstance(comms, InProcessSupervisorComms):
+            # dag.test(): this process is the supervisor too, and ends before
+            # dag.test() could record the outcome: record it now.
+            comms.supervisor.update_task_state_if_needed()
+            return False
+        return True
+    from airflow.utils.state import TaskInstanceState as State
+
+    ti.set_state(State.FAILED)
+    return False
+
+
 try:  # Airflow >= 3.3: a backend's "no" that must not fall through to the next one
     from airflow.sdk.exceptions import AirflowSecretsBackendAccessDenied
 
@@ -167,6 +206,7 @@ __all__ = [
     "PythonOperator",
     "TaskDecorator",
     "airflow_conf",
+    "fail_try_without_retry",
     "get_connection",
     "get_connection_async",
     "in_dag_test",

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lease_integrations import ConfigurationError, LeaseLost
+from lease_integrations.core.supersede_guards import SupersedeGuard
 from lease_integrations.keeper import stop_hook
 
 from .connections import DEFAULT_CONN_ID
@@ -48,6 +49,7 @@ from .run_lease_tasks import (
     KeepDagRunLeaseOperator,
     ReleaseDagRunLeaseOperator,
 )
+from .superseded import fail_superseded_try
 
 log = logging.getLogger("lease_integrations")
 Hook = Callable[..., Any]
@@ -70,15 +72,18 @@ def dag_run_lease(*, lease_key: str | None = None, lease_ttl: float = 60.0,
                   lease_heartbeat: float | None = None, lease_conn_id: str = DEFAULT_CONN_ID,
                   on_busy: str = "skip", wait_timeout: float | None = None,
                   deferrable: bool = False, poll_interval: float = 5.0,
+                  supersede_if: SupersedeGuard | None = None,
                   task_prefix: str = DEFAULT_TASK_PREFIX) -> Iterator[DagRunLeaseTasks]:
     """Guard every task created in the block by one lease for the DAG run.
 
     Arguments as for ``LeasedPythonOperator``; the default key is
-    ``airflow/<dag_id>/dag_run``, shared by every run of the DAG."""
+    ``airflow/<dag_id>/dag_run``, shared by every run of the DAG. With
+    ``on_busy="supersede"`` a run replaces the run holding the key (guarded
+    by ``supersede_if``, say ``only_newer("logical_date")``)."""
     tasks = _lease_tasks(task_prefix, lease_key=lease_key, lease_ttl=lease_ttl,
                          lease_heartbeat=lease_heartbeat, lease_conn_id=lease_conn_id,
                          on_busy=on_busy, wait_timeout=wait_timeout, deferrable=deferrable,
-                         poll_interval=poll_interval)
+                         poll_interval=poll_interval, supersede_if=supersede_if)
     dag = tasks.acquire.dag
     before = set(dag.task_dict)
     yield tasks
@@ -90,7 +95,7 @@ def with_dag_run_lease(tasks: Iterable[Any], *, lease_key: str | None = None,
                        lease_ttl: float = 60.0, lease_heartbeat: float | None = None,
                        lease_conn_id: str = DEFAULT_CONN_ID, on_busy: str = "skip",
                        wait_timeout: float | None = None, deferrable: bool = False,
-                       poll_interval: float = 5.0,
+                       poll_interval: float = 5.0, supersede_if: SupersedeGuard | None = None,
                        task_prefix: str = DEFAULT_TASK_PREFIX) -> DagRunLeaseTasks:
     """``dag_run_lease`` for tasks that already exist (operators or TaskFlow
     results); call it inside the DAG's context."""
@@ -98,7 +103,7 @@ def with_dag_run_lease(tasks: Iterable[Any], *, lease_key: str | None = None,
     lease_tasks = _lease_tasks(task_prefix, lease_key=lease_key, lease_ttl=lease_ttl,
                                lease_heartbeat=lease_heartbeat, lease_conn_id=lease_conn_id,
                                on_busy=on_busy, wait_timeout=wait_timeout, deferrable=deferrable,
-                               poll_interval=poll_interval)
+                               poll_interval=poll_interval, supersede_if=supersede_if)
     _wire(lease_tasks, work)
     return lease_tasks
 
@@ -174,6 +179,9 @@ def guard_hooks(acquire_task_id: str, previous_pre: Hook | None,
                 log.error("not starting: the run's lease %s (token %s) is gone: %s", info.key,
                           info.token, lost.reason)
                 raise
+            # Last in, first run: on_kill stops the work, then a run superseded
+            # by another has this try recorded FAILED, naming that run.
+            stack.enter_context(stop_hook(fail_superseded_try(context, lambda: lease, store)))
             stack.enter_context(stop_hook(context["task"].on_kill))
             open_holds.append(stack.pop_all())
         log.info("the run holds lease %s with token %s", info.key, info.token)

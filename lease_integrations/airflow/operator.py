@@ -15,6 +15,7 @@ from typing import Any
 
 from lease_integrations import ConfigurationError, Lease, LeaseBusy, LeaseLock, LeaseStore, connect
 from lease_integrations.core import mask_url
+from lease_integrations.core.supersede_guards import SupersedeGuard
 from lease_integrations.keeper import stop_hook
 
 from ._compat import PythonOperator
@@ -23,6 +24,7 @@ from .connections import DEFAULT_CONN_ID, resolve_store_url
 from .meta import task_meta
 from .options import DEFAULT_DEFER_SETTLE, DEFAULT_TTL, LeaseOptions, default_key
 from .signals import release_on_sigterm
+from .superseded import fail_superseded_try
 
 XCOM_KEY = "lease_token"
 
@@ -64,7 +66,16 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
         sqlite. If the default ``lease_default`` does not exist,
         ``$LEASE_STORE_URL`` or the embedded SQLite file under ``$AIRFLOW_HOME``.
     :param on_busy: ``skip`` (task skipped; the log names the holder), ``fail``
-        (an ordinary failure, so ``retries`` apply) or ``wait``.
+        (an ordinary failure, so ``retries`` apply), ``wait``, or ``supersede``:
+        this run replaces the holder, which is stopped first (its try fails
+        naming this run, without a retry), and takes a higher token.
+    :param supersede_if: with ``supersede``: ``supersede_if(holder_meta,
+        new_meta) -> bool`` may refuse (then the try fails as with ``fail``),
+        say ``only_newer("logical_date")`` so a backfill never displaces
+        today's run, or ``only_same("params")``
+        (``lease_integrations.core.supersede_guards``). The metas carry
+        dag_id, run_id, run_type, logical_date, data_interval_start/end,
+        run_after (Airflow 3), params, task_id, try_number, map_index, host.
     :param wait_timeout: with ``wait``: give up (fail) after this many seconds;
         None waits as long as it takes.
     :param deferrable: with ``wait``: free the worker slot while waiting (the
@@ -104,6 +115,7 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
         deferrable: bool = False,
         poll_interval: float = 5.0,
         defer_settle: float = DEFAULT_DEFER_SETTLE,
+        supersede_if: SupersedeGuard | None = None,
         **kwargs: Any,
     ) -> None:
         # Checked before the operator exists, so a bad DAG fails to import.
@@ -112,7 +124,7 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
             lease_key=lease_key, lease_ttl=lease_ttl, lease_heartbeat=lease_heartbeat,
             lease_conn_id=lease_conn_id, on_busy=on_busy, wait_timeout=wait_timeout,
             on_lost=on_lost, deferrable=deferrable, poll_interval=poll_interval,
-            defer_settle=defer_settle,
+            defer_settle=defer_settle, supersede_if=supersede_if,
         )
         super().__init__(**kwargs)
         self.lease_key = lease_key
@@ -195,6 +207,13 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
             if done:
                 return outcome
         busy: LeaseBusy = outcome
+        if options.on_busy == "supersede":
+            self.log.warning("superseding the holder: %s", busy)
+            done, outcome = self._attempt(lock, store, context, wait=0, supersede=True)
+            if done:
+                return outcome
+            self.log.error("not superseded: %s", outcome)
+            raise outcome from None
         remaining = on_busy(self, options, busy, remaining, self._deadline)
         done, outcome = self._attempt(lock, store, context, wait=remaining)
         if done:
@@ -203,26 +222,31 @@ class LeasedPythonOperator(PythonOperator):  # type: ignore[misc]
         raise outcome from None
 
     def _attempt(self, lock: LeaseLock, store: LeaseStore, context: Any,
-                 wait: float | None) -> tuple[bool, Any]:
-        """(True, the callable's result) or (False, the ``LeaseBusy`` of our acquire)."""
+                 wait: float | None, supersede: bool = False) -> tuple[bool, Any]:
+        """(True, the callable's result) or (False, the ``LeaseBusy`` of our
+        acquire: ``SupersedeRefused`` when the guard said no)."""
         try:
-            return True, self._hold_and_run(lock, store, context, wait=wait)
+            return True, self._hold_and_run(lock, store, context, wait=wait, supersede=supersede)
         except _NotAcquired as not_acquired:
             return False, not_acquired.busy
 
     def _hold_and_run(self, lock: LeaseLock, store: LeaseStore, context: Any,
-                      wait: float | None) -> Any:
+                      wait: float | None, supersede: bool = False) -> Any:
         entered = False
+        guard = self.lease_options.supersede_if if supersede else None
         try:
-            with lock.hold(wait=wait) as lease:
+            with lock.hold(wait=wait, supersede=supersede, supersede_if=guard) as lease:
                 entered = True
                 self._held = (lock, lease)
                 self.log.info("holding lease %s with token %s as %s (store %s)",
                               lease.key, lease.token, lease.holder, mask_url(store.url))
                 context["lease"] = lease
                 context["ti"].xcom_push(key=XCOM_KEY, value=lease.token)
+                # Hooks run last-in first: on_kill stops the work, then a
+                # superseded try is recorded FAILED naming the run that replaced it.
                 with release_on_sigterm(lambda: lock.release(lease),
                                         f"lease {lease.key} (token {lease.token})"), \
+                        stop_hook(fail_superseded_try(context, lambda: lease, store)), \
                         stop_hook(self.on_kill):
                     return super().execute(context)
         except LeaseBusy as busy:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from lease_integrations import ConfigurationError, LeaseLock, LeaseStore
 from lease_integrations.core import (
@@ -28,6 +29,10 @@ from .connections import DEFAULT_CONN_ID
 #: crashed task blocks the next run for a minute at most.
 DEFAULT_TTL = 60.0
 
+#: What a leased task may do when the lease is held: the core's policies, and
+#: ``supersede`` (this run replaces the holder, which is stopped first).
+AIRFLOW_ON_BUSY = (*ON_BUSY_POLICIES, "supersede")
+
 #: A deferred waiter's trigger fires no sooner than this after it starts, so the
 #: scheduler has drained the executor's "success" of the deferring exit before
 #: the resumed try runs (apache/airflow#72716; see docs/airflow/operations.md).
@@ -45,9 +50,13 @@ class LeaseOptions:
     deferrable: bool = False
     poll_interval: float = 5.0
     defer_settle: float = DEFAULT_DEFER_SETTLE
+    #: With ``on_busy="supersede"``: ``supersede_if(holder_meta, new_meta)``
+    #: says whether this run may replace the holder (``only_newer``, ``only_same``).
+    supersede_if: Any = None
 
     def __post_init__(self) -> None:
-        validate_policy(self.on_busy, ON_BUSY_POLICIES, "on_busy")
+        validate_policy(self.on_busy, AIRFLOW_ON_BUSY, "on_busy")
+        _check_guard(self.supersede_if, self.on_busy)
         validate_on_lost(self.on_lost, runs_async=False, subject="code, not a task's callable")
         validate_heartbeat(self.lease_heartbeat, validate_ttl(self.lease_ttl, "lease_ttl"))
         if not isinstance(self.lease_conn_id, str) or not self.lease_conn_id:
@@ -93,6 +102,21 @@ def default_key(dag_id: str, task_id: str, map_index: int = -1) -> str:
     (``lease_key="billing-{{ tenant }}"``) when it is the input that matters."""
     key = f"airflow/{dag_id}/{task_id}"
     return key if map_index is None or map_index < 0 else f"{key}/{map_index}"
+
+
+def _check_guard(guard: object, policy: str) -> None:
+    """``supersede_if`` is a callable, and only given with ``on_busy="supersede"``:
+    a guard left unused would read as a promise that a backfill cannot
+    displace today's run."""
+    if guard is None:
+        return
+    if not callable(guard):
+        raise ConfigurationError(
+            f"supersede_if must be a callable (holder_meta, new_meta) -> bool such as "
+            f"only_newer('logical_date'), got {guard!r}")
+    if policy != "supersede":
+        raise ConfigurationError(
+            f"supersede_if only applies with on_busy='supersede' (on_busy is {policy!r})")
 
 
 def _positive(name: str, value: object) -> float:

@@ -29,6 +29,7 @@ from .run_lease import (
     run_secret,
     shareable_url,
 )
+from .run_supersede import supersede_run
 
 #: With ``weight_rule="absolute"``: the lease's own tasks are scheduled before
 #: any work task competing for the same pool or parallelism (a keeper queued
@@ -43,7 +44,9 @@ def run_key(dag_id: str) -> str:
 
 class AcquireDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
     """Take the run's lease and hand it (token, nonce: never the secret) to
-    the run via XCom. ``on_busy`` as for ``LeasedPythonOperator``."""
+    the run via XCom. ``on_busy`` as for ``LeasedPythonOperator``; with
+    ``supersede`` this run replaces the run holding the key (its guarded
+    tasks are stopped, its keeper fails), once ``supersede_if`` allows it."""
 
     template_fields: Sequence[str] = ("lease_key",)
     ui_color = "#d9ead3"
@@ -80,18 +83,32 @@ class AcquireDagRunLeaseOperator(BaseOperator):  # type: ignore[misc]
         remaining = remaining_wait(options, self._deadline)
         deadline = None if remaining is None else time.monotonic() + remaining
         first = True
+
+        def granted(token: int) -> None:
+            lease = DagRunLease(key=key, token=token, ttl=options.lease_ttl,
+                                heartbeat=heartbeat, conn_id=options.lease_conn_id,
+                                dag_id=ti.dag_id, run_id=ti.run_id, nonce=nonce,
+                                store_url=store_url)
+            ti.xcom_push(key=XCOM_KEY, value=lease.to_xcom())
+            self.log.info("the run holds lease %s with token %s (store %s)", key,
+                          lease.token, store.url)
+
         while True:
             result = acquire_for_run(store, key, holder, secret, options.lease_ttl, meta)
             if result.granted and result.record is not None:
-                lease = DagRunLease(key=key, token=result.record.token, ttl=options.lease_ttl,
-                                    heartbeat=heartbeat, conn_id=options.lease_conn_id,
-                                    dag_id=ti.dag_id, run_id=ti.run_id, nonce=nonce,
-                                    store_url=store_url)
-                ti.xcom_push(key=XCOM_KEY, value=lease.to_xcom())
-                self.log.info("the run holds lease %s with token %s (store %s)", key,
-                              lease.token, store.url)
+                granted(result.record.token)
                 return
             busy = LeaseBusy(key, result.record)
+            if first and options.on_busy == "supersede":
+                self.log.warning("superseding the run that holds it: %s", busy)
+                try:
+                    token = supersede_run(options.lock_for(key, store), holder, secret, meta,
+                                          options.supersede_if)
+                except LeaseBusy as refused:  # SupersedeRefused: the guard said no
+                    self.log.error("not superseded, failing the whole run: %s", refused)
+                    raise
+                granted(token)
+                return
             if first:
                 on_busy(self, options, busy, remaining, self._deadline, "the whole run")
                 first = False

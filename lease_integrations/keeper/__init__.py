@@ -7,13 +7,15 @@ job's ladder (``failstop``); the kernel's tools (``kernel``) and the walk of
 the job's tree (``descendants``) end what the job started, with or without
 a live keeper. ``isolated`` runs work that must end on loss in a child.
 
-``stop_hook`` is how a face (Airflow, Prefect) adds its step to the ladder.
+``stop_hook`` is how a face (Airflow, Prefect) adds its step to the ladder,
+and ``exit_status`` how such a step that reported the outcome itself picks
+the status the ladder exits with.
 """
 
 import os
 
 from . import client, failstop, heartbeat
-from .failstop import stop_hook
+from .failstop import exit_status, stop_hook
 
 
 def _after_fork() -> None:
@@ -26,4 +28,4 @@ def _after_fork() -> None:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
-__all__ = ["stop_hook"]
+__all__ = ["exit_status", "stop_hook"]

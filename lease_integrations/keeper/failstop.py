@@ -19,6 +19,9 @@ thread that found the loss.
    started runs (the keeper releases those it keeps once the job is gone);
 6. ``os._exit(LEASE_LOST_EXIT_STATUS)``, at once: a child that died while we
    still ran would wake the thread waiting for it, and that thread would run on.
+   A stop hook that has told its orchestrator the outcome itself may choose
+   another status with ``exit_status`` (Airflow 3's task supervisor reads a
+   failure it was told of only from a process that exits 0).
 
 Timing (``core.timing``, counted from *W*, the window's close or the refusal):
 steps 1-3 end by ``LADDER_ENDS``, steps 4-5 by ``STOP_BEGINS`` (less
@@ -57,6 +60,22 @@ log = logging.getLogger("lease_integrations")
 _hooks: list[Callable[[], object]] = []
 _hooks_lock = threading.Lock()
 _stopping = threading.Lock()  # one ladder per process; a second loss waits for the exit
+_exit_status: int | None = None  # set by a stop hook (exit_status), read by the ladder's exit
+
+
+def exit_status(status: int | None = None) -> int:
+    """The status the ladder's exit will use, after setting it to ``status``
+    (0-255) if given. For a stop hook that has reported the outcome to its
+    orchestrator itself, whose runner would misread ``LEASE_LOST_EXIT_STATUS``
+    (Airflow 3: a failure the task told its supervisor counts only from a
+    process that exits 0; any other status is a crash, retried). Only a
+    ladder reads it: set elsewhere it changes nothing until a loss."""
+    global _exit_status
+    if status is not None:
+        if isinstance(status, bool) or not isinstance(status, int) or not 0 <= status <= 255:
+            raise ValueError(f"an exit status is an int from 0 to 255, got {status!r}")
+        _exit_status = status
+    return LEASE_LOST_EXIT_STATUS if _exit_status is None else _exit_status
 
 
 @contextmanager
@@ -112,7 +131,7 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
         bounded(flush, now() + lease.grace, "flushing the logs")
         end_frozen(frozen, lease.grace, after_we_exit=True)
     finally:
-        os._exit(LEASE_LOST_EXIT_STATUS)
+        os._exit(exit_status())
 
 
 def _steps_before_the_kill(lease: Lease, callbacks: list[LostCallback], started: object,
@@ -220,6 +239,7 @@ def flush() -> None:
 def after_fork() -> None:
     """A forked child runs none of its parent's faces, and must be able to
     run its own ladder."""
-    global _hooks_lock, _stopping
+    global _hooks_lock, _stopping, _exit_status
     _hooks.clear()
     _hooks_lock, _stopping = threading.Lock(), threading.Lock()
+    _exit_status = None
