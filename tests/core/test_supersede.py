@@ -10,18 +10,16 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
 from lease_integrations import LEASE_LOST_EXIT_STATUS, LeaseLock, LeaseStore, connect
 from lease_integrations.core.errors import ConfigurationError, SupersedeRefused
 from lease_integrations.core.supersede_guards import only_newer, only_same
+from tests.core.polling import poll
 
-T = TypeVar("T")
 PROCESS = Path(__file__).with_name("supersede_process.py")
 
 
@@ -38,17 +36,6 @@ def store(url: str) -> Iterator[LeaseStore]:
     s = connect(url)
     yield s
     s.close()
-
-
-def poll(check: Callable[[], T | None], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 class Runs:
