@@ -1,9 +1,12 @@
 """A burst of holders: 32 processes take a lease each at the same moment
 (ttl 6) beside 2 processes that keep both cores busy, hold it for 2.5 ttls
 and give it back. Counts the holders that lost a healthy lease (exit 75) and
-the memory everything the library started beside them takes (PSS of every
-process the holders started: their keepers), with the keeper on and off
-(``LEASE_KEEPER=off``: the in-process heartbeat), side by side.
+the memory everything the library started beside them takes (PSS of their
+keepers, wherever they run, and of the fork server they were forked from),
+with keepers forked from the server (the default), spawned one per holder
+(``LEASE_KEEPER=spawn``), and none (``LEASE_KEEPER=off``: the in-process
+heartbeat), side by side. The first burst of a run may find no server: its
+first holders spawn their keepers while one starts.
 
     .venv/bin/python -m benchmarks.keeper_burst [--holders 32] [--bursts 3] [--stores sqlite,redis]
 
@@ -42,6 +45,8 @@ HOLDER = textwrap.dedent("""
             time.sleep(0.05)
 """)
 BUSY = "while True: pass"
+#: LEASE_KEEPER -> what the table calls it
+MODES = (("fork", "keeper, forked"), ("spawn", "keeper, spawned"), ("off", "in process"))
 
 
 def children(pid: int) -> list[int]:
@@ -55,6 +60,52 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def watched(pid: int) -> set[int]:
+    """The processes ``pid`` holds a pidfd of (a forked keeper: its job)."""
+    found: set[int] = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[pidfd]":
+                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                    found |= {int(line.split()[1]) for line in f if line.startswith("Pid:")}
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def started_by_library(holders: list[int]) -> list[int]:
+    """The holders' keepers (their children, or keepers forked from a fork
+    server that watch them) and the fork servers those came from."""
+    wanted = set(holders)
+    found = {c for h in holders for c in children(h)}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and sys.executable in (line := cmdline(int(entry))) \
+                and "lease_integrations.keeper.process --fork-server" in line \
+                and watched(int(entry)) & wanted:
+            found |= {int(entry), parent(int(entry))}
+    return sorted(found - {0, 1})
+
+
 def pss_kib(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
@@ -66,14 +117,13 @@ def pss_kib(pid: int) -> int:
     return 0
 
 
-def burst(url: str, holders: int, keeper: bool, work: Path) -> dict[str, Any]:
+def burst(url: str, holders: int, keeper: str, work: Path) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("LEASE_STORE_URL", None)
-    if not keeper:
-        env["LEASE_KEEPER"] = "off"
+    env["LEASE_KEEPER"] = keeper
     stop = work / "stop"
     stop.unlink(missing_ok=True)
-    tag = f"{int(time.time() * 1000)}-{'k' if keeper else 'h'}"
+    tag = f"{int(time.time() * 1000)}-{keeper}"
     readies = [work / f"ready-{tag}-{i}" for i in range(holders)]
     procs = [subprocess.Popen([sys.executable, "-c", HOLDER, url, f"burst-{tag}-{i}", str(r),
                                str(stop), str(TTL)], env=env, stdout=subprocess.DEVNULL,
@@ -86,15 +136,15 @@ def burst(url: str, holders: int, keeper: bool, work: Path) -> dict[str, Any]:
     all_ready = time.monotonic() - started
     # Memory once every holder holds (its keeper running); then hold on.
     time.sleep(1.0)
-    started_by_library = [c for p in procs for c in children(p.pid)]
-    pss = sum(pss_kib(c) for c in started_by_library) / 1024
+    ours = started_by_library([p.pid for p in procs])
+    pss = sum(pss_kib(c) for c in ours) / 1024
     end = started + HOLD_FOR
     while time.monotonic() < end:
         time.sleep(0.1)
     stop.touch()
     codes = [p.wait(timeout=60) for p in procs]
     return {"lost": sum(c == 75 for c in codes), "other": sum(c not in (0, 75) for c in codes),
-            "ready_s": all_ready, "pss_mib": pss, "processes": len(started_by_library)}
+            "ready_s": all_ready, "pss_mib": pss, "processes": len(ours)}
 
 
 def main() -> None:
@@ -112,9 +162,9 @@ def main() -> None:
             url = (f"sqlite:///{work}/leases.db" if kind == "sqlite"
                    else stack.enter_context(local_servers.redis_server()))
             for n in range(args.bursts):
-                for keeper in (True, False):
+                for keeper, name in MODES:
                     r = burst(url, args.holders, keeper, work)
-                    rows.append([kind, n + 1, "keeper" if keeper else "in process",
+                    rows.append([kind, n + 1, name,
                                  f"{r['lost']}/{args.holders}", r["other"],
                                  f"{r['ready_s']:.1f}", r["processes"], f"{r['pss_mib']:.0f}"])
                     print(*rows[-1], sep="\t", flush=True)

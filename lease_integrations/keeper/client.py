@@ -38,7 +38,7 @@ from ..core.clock import now
 from ..core.lease import Lease
 from ..core.sources import source_of
 from ..core.store import LeaseStore
-from . import kernel, wire
+from . import forkserver, kernel, wire
 from .heartbeat import get_heartbeat
 
 log = logging.getLogger("lease_integrations")
@@ -89,7 +89,7 @@ class Keeper:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._read_lock = threading.RLock()
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: subprocess.Popen[bytes] | forkserver.ForkedKeeper | None = None
         #: Our ends: ``out`` (the keeper's stdin), ``in`` (its stdout,
         #: non-blocking), ``keeper_pipe`` (the read end of the pipe whose
         #: writer is the keeper), ``job_pipe`` and ``job_pipe_read`` (the
@@ -168,12 +168,12 @@ class Keeper:
 
     def _prepare(self, store: LeaseStore) -> int:
         """The keeper's id for ``store`` (told of it once), ``_lock`` held."""
-        self._ensure_running()
+        source = source_of(store)
+        assert source is not None  # keeps() said so
+        url, options = source
+        self._ensure_running(url.split("://", 1)[0].lower())
         sid = self._store_ids.get(store)
         if sid is None:
-            source = source_of(store)
-            assert source is not None  # keeps() said so
-            url, options = source
             sid = self._store_ids[store] = next(self._ids)
             self._send([{"op": "store", "id": sid, "url": url, "options": options,
                          "masked": store.url, "batch": store.batch_renewals}])
@@ -228,7 +228,7 @@ class Keeper:
         return self._proc is not None and self._proc.poll() is None
 
     # -- the keeper process -----------------------------------------------------
-    def _ensure_running(self) -> None:
+    def _ensure_running(self, scheme: str) -> None:
         """Start a keeper if none runs (with ``self._lock`` held). Only the
         spawn is waited for, not the keeper's start (its imports, the store's
         driver, a connection): until it has the store open, the leases are
@@ -242,34 +242,38 @@ class Keeper:
         self._store_ids.clear()
         self._ready.clear()
         self._armed = 0
-        self._spawn(self._generation)
+        self._spawn(self._generation, scheme)
 
-    def _spawn(self, generation: int) -> None:
-        # Plain pipes, no Popen file objects: a file object closes its number
-        # when collected, and that number may be a user's file by then.
-        to_keeper, out = os.pipe()
-        in_, from_keeper = os.pipe()
-        keeper_pipe, keeper_pipe_write = os.pipe()
-        job_pipe_read, job_pipe = os.pipe()
-        theirs = (to_keeper, from_keeper, keeper_pipe_write, job_pipe_read)
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "lease_integrations.keeper.process"],
-                stdin=to_keeper, stdout=from_keeper, pass_fds=(keeper_pipe_write, job_pipe_read),
-                start_new_session=True, env=keeper_environment(), close_fds=True)
-        except OSError as exc:  # the leases stay renewed in this process
-            for fd in (out, in_, keeper_pipe, job_pipe):
-                os.close(fd)
-            log.error("could not start the lease keeper (%s): renewals stay in this process, "
-                      "and a job call that keeps the GIL can lose its lease", exc)
-            self._broken = True
-            return
-        finally:
-            for fd in theirs[:3]:
-                os.close(fd)
+    def _spawn(self, generation: int, scheme: str) -> None:
+        """A keeper forked by the fork server, else spawned here, each with
+        pipes of its own: a server that froze holding one set must not keep
+        the other keeper's death pipe open."""
+        proc: subprocess.Popen[bytes] | forkserver.ForkedKeeper | None = None
+        if os.environ.get(ENV_SWITCH, "").strip().lower() != "spawn":
+            ours, theirs = _pipes()
+            try:
+                proc = _forked(theirs, scheme)
+            finally:
+                _close(theirs[:3] if proc is not None else theirs[:3] + tuple(ours.values()))
+        if proc is None:
+            ours, theirs = _pipes()
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "lease_integrations.keeper.process"],
+                    stdin=theirs[0], stdout=theirs[1], pass_fds=theirs[2:],
+                    start_new_session=True, env=keeper_environment(), close_fds=True)
+            except OSError as exc:  # the leases stay renewed in this process
+                _close(tuple(ours.values()))
+                log.error("could not start the lease keeper (%s): renewals stay in this "
+                          "process, and a job call that keeps the GIL can lose its lease", exc)
+                self._broken = True
+                return
+            finally:
+                _close(theirs[:3])
+        out, in_ = ours["out"], ours["in"]
+        keeper_pipe, job_pipe_read = ours["keeper_pipe"], ours["job_pipe_read"]
         self._proc = proc
-        self._ends = kernel.Ends(out=out, **{"in": in_}, keeper_pipe=keeper_pipe,
-                                 job_pipe=job_pipe, job_pipe_read=job_pipe_read)
+        self._ends = kernel.Ends(**ours)
         os.set_blocking(in_, False)
         kernel.widen_pipe(out)
         self._death_flags = kernel.prepare_death_pipe(keeper_pipe)
@@ -306,7 +310,8 @@ class Keeper:
         No lock: a thread of the job may hold it, stuck, while we exit."""
         self._set_death_pipe(False)
 
-    def _read_loop(self, proc: subprocess.Popen[bytes], generation: int) -> None:
+    def _read_loop(self, proc: subprocess.Popen[bytes] | forkserver.ForkedKeeper,
+                   generation: int) -> None:
         while self._pump(None):
             pass
         code = proc.wait()
@@ -320,7 +325,8 @@ class Keeper:
                 self._armed = 0
                 self._set_death_pipe(False)
         for lease in leases:
-            lease.mark_lost(f"the lease keeper (pid {proc.pid}) exited with status {code}: "
+            status = "" if code is None else f" with status {code}"
+            lease.mark_lost(f"the lease keeper (pid {proc.pid}) exited{status}: "
                             "nothing renews the lease any more")
 
     def _pump(self, timeout: float | None) -> bool:
@@ -411,6 +417,48 @@ def keeper_environment() -> dict[str, str]:
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     return env
+
+
+def _pipes() -> tuple[dict[str, int], tuple[int, int, int, int]]:
+    """A new keeper's pipes: our ends (``out``: its stdin; ``in``: its
+    stdout; ``keeper_pipe``: the read end of the pipe it writes; ``job_pipe``
+    and ``job_pipe_read``: the pipe we write, whose read end it holds too,
+    see ``kernel``), and its ends (stdin, stdout, ``keeper_pipe``'s write
+    end, ``job_pipe``'s read end). Plain descriptors, no file objects: a
+    file object closes its number when collected, and that number may be a
+    user's file by then."""
+    to_keeper, out = os.pipe()
+    in_, from_keeper = os.pipe()
+    keeper_pipe, keeper_pipe_write = os.pipe()
+    job_pipe_read, job_pipe = os.pipe()
+    return ({"out": out, "in": in_, "keeper_pipe": keeper_pipe, "job_pipe": job_pipe,
+             "job_pipe_read": job_pipe_read},
+            (to_keeper, from_keeper, keeper_pipe_write, job_pipe_read))
+
+
+def _close(fds: tuple[int, ...]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+def _forked(theirs: tuple[int, int, int, int], scheme: str) -> forkserver.ForkedKeeper | None:
+    """A keeper from the fork server (``forkserver``), holding ``theirs``,
+    or None: the caller spawns one."""
+    to_keeper, from_keeper, keeper_pipe_write, job_pipe_read = theirs
+    pidfd = cwd = -1
+    try:
+        pidfd = os.pidfd_open(os.getpid())
+        cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        fds = {"stdin": to_keeper, "stdout": from_keeper, "stderr": 2,
+               "keeper_pipe_write": keeper_pipe_write, "job_pipe_read": job_pipe_read,
+               "job_pidfd": pidfd, "cwd": cwd}
+        return forkserver.request(fds, keeper_environment(), scheme)
+    except OSError:
+        return None
+    finally:
+        for fd in (pidfd, cwd):
+            if fd >= 0:
+                os.close(fd)
 
 
 def get_keeper() -> Keeper:

@@ -496,7 +496,9 @@ class Keeper:
 _EPOCH = datetime.fromtimestamp(0, timezone.utc)
 
 
-def main() -> None:
+def main(job_pidfd: int | None = None) -> None:
+    """Keep one job's leases. ``job_pidfd``: the job's own pidfd, when we
+    were forked for it by the server (``forkserver``) and are no child of it."""
     # stdout is the pipe to the job: nothing else may write there.
     out_fd = os.dup(1)
     os.dup2(2, 1)
@@ -519,12 +521,15 @@ def main() -> None:
     # group (see kernel). The keeper's own pipe's write end is the other.
     logging.basicConfig(stream=sys.stderr, level=max(logging.WARNING, hello["log_level"]),
                         format="%(asctime)s %(levelname)s [lease-keeper %(process)d] %(message)s")
-    try:
-        pidfd = os.pidfd_open(job)
-    except OSError:
-        return
-    if os.getppid() != job:
-        return  # the job died before we looked
+    if job_pidfd is not None:
+        pidfd = job_pidfd
+    else:
+        try:
+            pidfd = os.pidfd_open(job)
+        except OSError:
+            return
+        if os.getppid() != job:
+            return  # the job died before we looked
     keeper = Keeper(job, out_fd, hello.get("group"))
     os.set_blocking(0, False)
     watched = [0, pidfd]
@@ -547,4 +552,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--fork-server"]:
+        from .forkserver import launched
+        launched(sys.argv[2:], main)
+    else:
+        main()

@@ -84,16 +84,44 @@ def tree(root: int) -> set[Process]:
     return found
 
 
+def watches(pid: int, job_pid: int) -> bool:
+    """Whether ``pid`` holds a pidfd of ``job_pid`` (``/proc/PID/fdinfo``
+    names its process): how a keeper forked from the fork server, no child
+    of the job, is told apart from the keepers of other jobs."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[pidfd]" and \
+                    f"Pid:\t{job_pid}\n" in Path(f"/proc/{pid}/fdinfo/{fd}").read_text():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def keepers_of(job_pid: int) -> list[int]:
+    """The job's keepers: its children running the keeper module (spawned),
+    and keeper processes that watch it (forked by the fork server)."""
+    found = [pid for pid in children(job_pid) if is_keeper(pid)]
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) not in found and is_keeper(int(entry.name)) \
+                and watches(int(entry.name), job_pid):
+            found.append(int(entry.name))
+    return found
+
+
 def keeper_of(job_pid: int, timeout: float = 20.0) -> Process:
-    """The job's keeper: its child whose command line names the keeper module."""
+    """The job's keeper (``keepers_of``), once it has one."""
     def find() -> Process | None:
         if identify(job_pid) is None:
             raise AssertionError(f"the job ({job_pid}) is gone")
-        for pid in children(job_pid):
-            if is_keeper(pid):
-                return identify(pid)
+        for pid in keepers_of(job_pid):
+            return identify(pid)
         return None
-    return poll(find, timeout, f"a child of the job ({job_pid}) running {KEEPER_MODULE}", 0.01)
+    return poll(find, timeout, f"a keeper of the job ({job_pid}) running {KEEPER_MODULE}", 0.01)
 
 
 def has_store_open(pid: int, url: str) -> bool:
