@@ -472,12 +472,6 @@ def get_keeper() -> Keeper:
         return _keeper
 
 
-def keeper_pid() -> int | None:
-    """The pid of this process's keeper, if it has one: the in-process
-    ladder must not freeze it with the job's own children."""
-    return _keeper.pid if _keeper is not None and _keeper.alive() else None
-
-
 def after_fork() -> None:
     """In a forked child: no keeper, and none of the parent's ends of its
     pipes (the child must not hold the job's death pipe open)."""
@@ -486,4 +480,4 @@ def after_fork() -> None:
         _keeper._close_fds()  # the child keeps none of its parent's leases
     _keeper, _keeper_lock = None, threading.Lock()
 
-__all__ = ["ENV_SWITCH", "Keeper", "Renewer", "get_keeper", "keeper_pid", "keeps"]
+__all__ = ["ENV_SWITCH", "Keeper", "Renewer", "get_keeper", "keeps"]
