@@ -51,11 +51,12 @@ def job(url: str, run_id: str, seconds: float, ledger: str, wait: float | None) 
         return 3
 
 
-def _spawn(url: str, run_id: str, seconds: float, ledger: str, wait: str = "0") -> subprocess.Popen[str]:
+def _spawn(url: str, run_id: str, seconds: float, ledger: str, wait: str = "0",
+           env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "lease_integrations.demo", "job", "--url", url, "--run-id", run_id,
          "--seconds", str(seconds), "--ledger", ledger, "--wait", wait],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, text=True, env=env,
     )
 
 
@@ -109,8 +110,11 @@ def _demo(workdir: Path) -> int:
         print(f"unexpected exit codes: scheduled {scheduled_rc}, manual {manual_rc}")
         return 1
 
-    print("\n2. A run is killed with SIGKILL while it holds the lease:")
-    crashed = _spawn(url, "scheduled__2026-11-30", 60.0, ledger)
+    # A killed run's keeper would give its lease back at once; a run whose
+    # machine died has no keeper left: that run is the one shown (no keeper).
+    print("\n2. A run's machine dies while it holds the lease (SIGKILL, no keeper left):")
+    crashed = _spawn(url, "scheduled__2026-11-30", 60.0, ledger,
+                     env={**os.environ, "LEASE_KEEPER": "off"})
     _read_until_holding(crashed)
     os.kill(crashed.pid, signal.SIGKILL)
     crashed.wait()

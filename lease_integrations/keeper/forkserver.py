@@ -41,7 +41,6 @@ import stat
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -82,7 +81,9 @@ def socket_path() -> str | None:
     """This user's, install's and cgroup's server socket, in a directory
     that only the user can open; None where there is no such directory, or
     its path is too long for a socket."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    # Not $TMPDIR: a scheduler may give each job a temporary folder of its
+    # own (and remove it), which would give each job a server of its own.
+    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
     folder = os.path.join(base, f"lease-keepers-{os.getuid()}")
     with contextlib.suppress(FileExistsError):
         os.mkdir(folder, 0o700)

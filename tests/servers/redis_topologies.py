@@ -116,14 +116,7 @@ class RedisClusterNodes:
 
     def start(self) -> None:
         for i in range(3):
-            directory = self.root / f"node-{i}"
-            directory.mkdir()
-            node = RedisServer(directory, cert=self.cert, host=self.host, extra_args=(
-                "--cluster-enabled", "yes", "--cluster-config-file", str(directory / "nodes.conf"),
-                "--cluster-port", str(free_port(self.host)), "--cluster-node-timeout", "5000",
-                *(("--tls-cluster", "yes") if self.cert else ())))
-            self.nodes.append(node)
-            node.start()
+            self.nodes.append(self._start_node(self.root / f"node-{i}"))
         ca_file = self.cert[0] if self.cert else None
         subprocess.run(
             [_cli(), *(("--tls", "--cacert", str(ca_file)) if ca_file else ()),
@@ -134,6 +127,25 @@ class RedisClusterNodes:
             wait_for(lambda node=node: "cluster_state:ok" in command(
                 node.port, "CLUSTER", "INFO", ca_file=ca_file, host=self.host),
                 f"cluster node {node.port} to see the whole cluster")
+
+    def _start_node(self, directory: Path) -> RedisServer:
+        """A free port is free only when it was picked: a test running beside
+        this one (or a client's ephemeral port) may take it before the node
+        binds it. Picked anew a few times on "Address already in use"."""
+        for attempt in range(5):
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            node = RedisServer(directory, cert=self.cert, host=self.host, extra_args=(
+                "--cluster-enabled", "yes", "--cluster-config-file", str(directory / "nodes.conf"),
+                "--cluster-port", str(free_port(self.host)), "--cluster-node-timeout", "5000",
+                *(("--tls-cluster", "yes") if self.cert else ())))
+            try:
+                node.start()
+                return node
+            except RuntimeError as exc:
+                if "Address already in use" not in str(exc) or attempt == 4:
+                    raise
+        raise AssertionError("unreachable")
 
     def stop(self) -> None:
         for node in self.nodes:
