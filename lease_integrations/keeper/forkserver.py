@@ -158,23 +158,30 @@ def _umask() -> int:
     return mask
 
 
+#: Launchers not yet seen to exit: reaped at the next start, never waited for.
+_launchers: list[subprocess.Popen[bytes]] = []
+
+
 def _start_server(path: str, scheme: str, env: dict[str, str]) -> None:
-    """Start the server, detached (its own session; the launcher exits at
-    once, so the server is no child of the job). A lock lets one job of a
-    burst start it; the others spawn their own keepers meanwhile."""
+    """Start the server, detached (its own session; the launcher forks it
+    and exits, so the server is no child of the job). Not waited for: the
+    launcher's interpreter start and imports would delay the job that
+    happens to be first, which spawns its own keeper anyway (a job that runs
+    once an hour is always first). A lock lets one job of a burst start it;
+    the others spawn their own keepers meanwhile."""
     lock = os.open(path + ".lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(lock)
         return
+    _launchers[:] = [launcher for launcher in _launchers if launcher.poll() is None]
     try:
-        launcher = subprocess.Popen(
+        _launchers.append(subprocess.Popen(
             [sys.executable, "-m", "lease_integrations.keeper.process", "--fork-server", path,
              scheme, str(lock)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True, env=env, pass_fds=(lock,))
-        launcher.wait()
+            start_new_session=True, close_fds=True, env=env, pass_fds=(lock,)))
     except OSError:
         pass
     finally:
