@@ -112,14 +112,25 @@ def holders(tmp_path: Path) -> Iterator[Callable[[str, str], Holder]]:
 
 def servers(runtime: Path) -> list[Process]:
     """The fork servers listening in ``runtime``: their keepers share their
-    command line, but a keeper holds its job's pidfd and a server none."""
+    command line (so does the launcher, until it exits), but a keeper holds
+    its job's pidfd and a server none."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and f"--fork-server {runtime}/" in cmdline(int(entry.name)):
             process = identify(int(entry.name))
-            if process is not None and not holds_pidfd(process[0]):
+            # The launcher leads its own group and forks the server into it;
+            # keepers lead groups of their own and hold their job's pidfd.
+            if process is not None and not holds_pidfd(process[0]) \
+                    and group_of(process[0]) not in (process[0], None):
                 found.append(process)
     return found
+
+
+def group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
 
 
 def holds_pidfd(pid: int) -> bool:
