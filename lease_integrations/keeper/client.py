@@ -168,12 +168,12 @@ class Keeper:
 
     def _prepare(self, store: LeaseStore) -> int:
         """The keeper's id for ``store`` (told of it once), ``_lock`` held."""
-        source = source_of(store)
-        assert source is not None  # keeps() said so
-        url, options = source
-        self._ensure_running(url.split("://", 1)[0].lower())
+        self._ensure_running(store)
         sid = self._store_ids.get(store)
         if sid is None:
+            source = source_of(store)
+            assert source is not None  # keeps() said so
+            url, options = source
             sid = self._store_ids[store] = next(self._ids)
             self._send([{"op": "store", "id": sid, "url": url, "options": options,
                          "masked": store.url, "batch": store.batch_renewals}])
@@ -228,7 +228,7 @@ class Keeper:
         return self._proc is not None and self._proc.poll() is None
 
     # -- the keeper process -----------------------------------------------------
-    def _ensure_running(self, scheme: str) -> None:
+    def _ensure_running(self, store: LeaseStore) -> None:
         """Start a keeper if none runs (with ``self._lock`` held). Only the
         spawn is waited for, not the keeper's start (its imports, the store's
         driver, a connection): until it has the store open, the leases are
@@ -242,7 +242,10 @@ class Keeper:
         self._store_ids.clear()
         self._ready.clear()
         self._armed = 0
-        self._spawn(self._generation, scheme)
+        source = source_of(store)
+        assert source is not None  # keeps() said so
+        # The scheme lets the fork server load that store's driver once, for all.
+        self._spawn(self._generation, source[0].split("://", 1)[0].lower())
 
     def _spawn(self, generation: int, scheme: str) -> None:
         """A keeper forked by the fork server, else spawned here, each with

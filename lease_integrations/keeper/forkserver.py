@@ -60,20 +60,26 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 class ForkedKeeper:
     """A keeper forked by the server: no child of the job, so it is watched
-    by its pid and start time (safe from reuse), like ``Popen`` for the rest."""
+    through a pidfd (opened while it waits for our word, so the pid is its
+    own), like ``Popen`` for the rest. ``poll`` is on every acquire's path:
+    one ``select``, not a read of ``/proc``."""
 
     def __init__(self, process: kernel.Process) -> None:
         self.process = process
         self.pid = process[0]
+        self._pidfd = kernel.Ends(pidfd=os.pidfd_open(self.pid))
 
     def poll(self) -> int | None:
         """None while it runs; its status is its parent's to read: -1."""
-        return None if kernel.alive(self.process) else -1
+        fd = self._pidfd.get("pidfd")
+        if fd < 0:  # closed behind our back (os.closerange): ask /proc
+            return None if kernel.alive(self.process) else -1
+        return -1 if select.select([fd], [], [], 0)[0] else None
 
     def wait(self) -> None:
         """Until it is gone (it closed our pipe: it is exiting); its status
         is its parent's to read."""
-        while kernel.alive(self.process):
+        while self.poll() is None:
             time.sleep(0.005)
 
 
@@ -144,8 +150,9 @@ def request(fds: dict[str, int], env: dict[str, str], scheme: str) -> ForkedKeep
         process = kernel.identify(int(reply))
         if process is None:
             return None
-        sock.sendall(b"go\n")  # the keeper waits for this: its pid was read while it lived
-        return ForkedKeeper(process)
+        keeper = ForkedKeeper(process)  # its pidfd, opened while it waits for our word
+        sock.sendall(b"go\n")
+        return keeper
     except OSError:
         return None
     finally:

@@ -84,22 +84,24 @@ def tree(root: int) -> set[Process]:
     return found
 
 
-def watches(pid: int, job_pid: int) -> bool:
-    """Whether ``pid`` holds a pidfd of ``job_pid`` (``/proc/PID/fdinfo``
-    names its process): how a keeper forked from the fork server, no child
-    of the job, is told apart from the keepers of other jobs."""
+def watched(pid: int) -> set[int]:
+    """The processes ``pid`` holds a pidfd of (``/proc/PID/fdinfo`` names
+    each one's process): a keeper forked from the fork server, no child of
+    its job, holds its job's; a server holds none."""
+    found: set[int] = set()
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
-        return False
+        return found
     for fd in fds:
         try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[pidfd]" and \
-                    f"Pid:\t{job_pid}\n" in Path(f"/proc/{pid}/fdinfo/{fd}").read_text():
-                return True
-        except OSError:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[pidfd]":
+                found |= {int(line.split()[1]) for line in
+                          Path(f"/proc/{pid}/fdinfo/{fd}").read_text().splitlines()
+                          if line.startswith("Pid:")}
+        except (OSError, ValueError, IndexError):
             continue
-    return False
+    return found
 
 
 def keepers_of(job_pid: int) -> list[int]:
@@ -108,7 +110,7 @@ def keepers_of(job_pid: int) -> list[int]:
     found = [pid for pid in children(job_pid) if is_keeper(pid)]
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) not in found and is_keeper(int(entry.name)) \
-                and watches(int(entry.name), job_pid):
+                and job_pid in watched(int(entry.name)):
             found.append(int(entry.name))
     return found
 

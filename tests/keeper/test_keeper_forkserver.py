@@ -32,6 +32,7 @@ from tests.keeper.keeper_observe import (
     renewed_by_the_keeper,
     stat,
     wait_gone,
+    watched,
 )
 from tests.keeper.keeper_runs import figures
 
@@ -120,7 +121,7 @@ def servers(runtime: Path) -> list[Process]:
             process = identify(int(entry.name))
             # The launcher leads its own group and forks the server into it;
             # keepers lead groups of their own and hold their job's pidfd.
-            if process is not None and not holds_pidfd(process[0]) \
+            if process is not None and not watched(process[0]) \
                     and group_of(process[0]) not in (process[0], None):
                 found.append(process)
     return found
@@ -131,14 +132,6 @@ def group_of(pid: int) -> int | None:
         return os.getpgid(pid)
     except ProcessLookupError:
         return None
-
-
-def holds_pidfd(pid: int) -> bool:
-    try:
-        return any(os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[pidfd]"
-                   for fd in os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return False
 
 
 def one_server(runtime: Path) -> Process:
