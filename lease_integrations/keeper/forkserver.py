@@ -204,6 +204,13 @@ def serve(path: str, scheme: str, lock: int | None, keeper: Callable[[int], None
     # would fill those holes, copying the pages), ``gc.freeze`` before each
     # fork, and collections again in the child.
     gc.disable()
+    # Warm before binding: a socket that exists is a server that answers in
+    # milliseconds, not one still importing a driver while a job's
+    # ``REPLY_WAIT`` runs out (jobs meanwhile find the lock held and spawn).
+    "warm".encode("idna")  # what opening a store imports (encodings.idna, stringprep)
+    importlib.import_module("email.parser")
+    warm: set[str] = set()
+    _warm(scheme, warm)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # a dead server's (we hold the lock)
@@ -213,10 +220,6 @@ def serve(path: str, scheme: str, lock: int | None, keeper: Callable[[int], None
     bound = os.stat(path).st_ino
     if lock is not None:
         os.close(lock)  # bound: the next job connects instead of starting one
-    "warm".encode("idna")  # what opening a store imports (encodings.idna, stringprep)
-    importlib.import_module("email.parser")
-    warm: set[str] = set()
-    _warm(scheme, warm)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # keepers are reaped by the kernel
     while select.select([listener], [], [], IDLE)[0]:
         try:

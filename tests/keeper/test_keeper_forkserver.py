@@ -135,8 +135,20 @@ def group_of(pid: int) -> int | None:
 
 
 def one_server(runtime: Path) -> Process:
-    return poll(lambda: (s[0] if len(s := servers(runtime)) == 1 else None), 30,
-                f"one fork server listening in {runtime}", 0.01)
+    """The one server of ``runtime``, once it listens: it binds only when
+    warm, so a job asking from then on gets a forked keeper (before, under
+    load, the job's reply bound may run out and it spawns its own)."""
+    return poll(lambda: (s[0] if len(s := servers(runtime)) == 1 and listening(runtime)
+                         else None), 30, f"one fork server listening in {runtime}", 0.01)
+
+
+def listening(runtime: Path) -> bool:
+    """A socket bound under ``runtime`` accepts connections (``/proc/net/unix``
+    flag ``__SO_ACCEPTCON``): a dead server's socket file is not listed."""
+    with open("/proc/net/unix") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return any(len(row) == 8 and int(row[3], 16) & 0x10000 and row[7].startswith(f"{runtime}/")
+               for row in rows)
 
 
 def parent(process: Process) -> int:
