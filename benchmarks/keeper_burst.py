@@ -125,9 +125,13 @@ def burst(url: str, holders: int, keeper: str, work: Path) -> dict[str, Any]:
     stop.unlink(missing_ok=True)
     tag = f"{int(time.time() * 1000)}-{keeper}"
     readies = [work / f"ready-{tag}-{i}" for i in range(holders)]
-    procs = [subprocess.Popen([sys.executable, "-c", HOLDER, url, f"burst-{tag}-{i}", str(r),
-                               str(stop), str(TTL)], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL) for i, r in enumerate(readies)]
+    errors = [work / f"stderr-{tag}-{i}" for i in range(holders)]
+    procs = []
+    for i, (ready, error) in enumerate(zip(readies, errors)):
+        with open(error, "wb") as stderr:
+            procs.append(subprocess.Popen(
+                [sys.executable, "-c", HOLDER, url, f"burst-{tag}-{i}", str(ready), str(stop),
+                 str(TTL)], env=env, stdout=subprocess.DEVNULL, stderr=stderr))
     started = time.monotonic()
     deadline = started + 60
     while time.monotonic() < deadline and not all(r.exists() or p.poll() is not None
@@ -143,6 +147,10 @@ def burst(url: str, holders: int, keeper: str, work: Path) -> dict[str, Any]:
         time.sleep(0.1)
     stop.touch()
     codes = [p.wait(timeout=60) for p in procs]
+    for code, error in zip(codes, errors):
+        if code != 0:  # what a holder that did not end well said, so a row can be explained
+            lines = error.read_text(errors="replace").strip().splitlines()
+            print(f"holder exited {code} ({keeper}): " + " | ".join(lines[-3:]), file=sys.stderr)
     return {"lost": sum(c == 75 for c in codes), "other": sum(c not in (0, 75) for c in codes),
             "ready_s": all_ready, "pss_mib": pss, "processes": len(ours)}
 
@@ -152,7 +160,10 @@ def main() -> None:
     parser.add_argument("--holders", type=int, default=32)
     parser.add_argument("--bursts", type=int, default=3)
     parser.add_argument("--stores", default="sqlite,redis")
+    parser.add_argument("--modes", default=",".join(mode for mode, _ in MODES),
+                        help="LEASE_KEEPER values to compare (fork, spawn, off)")
     args = parser.parse_args()
+    modes = [(mode, name) for mode, name in MODES if mode in args.modes.split(",")]
     rows = []
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="lease-burst-") as tmp:
         work = Path(tmp)
@@ -162,7 +173,7 @@ def main() -> None:
             url = (f"sqlite:///{work}/leases.db" if kind == "sqlite"
                    else stack.enter_context(local_servers.redis_server()))
             for n in range(args.bursts):
-                for keeper, name in MODES:
+                for keeper, name in modes:
                     r = burst(url, args.holders, keeper, work)
                     rows.append([kind, n + 1, name,
                                  f"{r['lost']}/{args.holders}", r["other"],

@@ -17,12 +17,14 @@ through their death pipes, its jobs) with it. Its socket lives in a
 directory only the user can open; each side checks the other's uid.
 
 The first job that finds no server starts one (detached: it is no child of
-the job) and spawns its own keeper as before; a job that finds a server
-busy for longer than ``REPLY_WAIT`` does the same. The server holds no
-lease and no secret (the job sends its descriptors and plain environment;
-the store's URL and the owner secrets still come on the keeper's stdin), so
-its death costs nothing but the next start's sharing; it exits after
-``IDLE`` seconds without a request.
+the job); it and the other jobs of a burst wait up to ``BIND_WAIT`` for
+that server to bind (it binds once warm: about what a spawned keeper's
+start costs, which the job would wait for anyway), and a job whose server
+did not bind or answer by then spawns its own keeper. The
+server holds no lease and no secret (the job sends its descriptors and
+plain environment; the store's URL and the owner secrets still come on the
+keeper's stdin), so its death costs nothing but the next start's sharing;
+it exits after ``IDLE`` seconds without a request.
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ from . import kernel
 
 #: Seconds the job waits for a forked keeper before it spawns one itself.
 REPLY_WAIT = 1.0
+#: Seconds a job waits for a starting server to bind (it binds once warm: an
+#: interpreter start and the store's driver, as a spawned keeper's start,
+#: which the job would wait for instead): a loaded host takes seconds.
+BIND_WAIT = 3.0
 #: Seconds without a request after which the server exits.
 IDLE = 120.0
 #: The descriptors a request carries, in this order.
@@ -124,19 +130,15 @@ def _peer_uid(sock: socket.socket) -> int:
 # -- the job's side -------------------------------------------------------------
 def request(fds: dict[str, int], env: dict[str, str], scheme: str) -> ForkedKeeper | None:
     """A keeper forked for this job, holding ``fds`` (see ``FDS``); None
-    when there is no server yet (one is started for the next job) or it did
-    not answer within ``REPLY_WAIT``: the caller spawns its own."""
+    when the server did not bind within ``BIND_WAIT`` or answer within
+    ``REPLY_WAIT``: the caller spawns its own."""
     path = socket_path()
     if path is None:
         return None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _connect(path, scheme, env)
+    if sock is None:
+        return None
     try:
-        sock.settimeout(REPLY_WAIT)
-        try:
-            sock.connect(path)
-        except (FileNotFoundError, ConnectionRefusedError):
-            _start_server(path, scheme, env)
-            return None
         if _peer_uid(sock) != os.getuid():
             return None
         body = json.dumps({"env": env, "umask": _umask(), "scheme": scheme}).encode() + b"\n"
@@ -159,6 +161,35 @@ def request(fds: dict[str, int], env: dict[str, str], scheme: str) -> ForkedKeep
         sock.close()
 
 
+def _connect(path: str, scheme: str, env: dict[str, str]) -> socket.socket | None:
+    """A connection to the server, started by this job if no job is
+    starting one, waited for up to ``BIND_WAIT``, so that a cold burst's
+    keepers are forked too; None past that, or once the server this job
+    started died before it bound (its lock is free again: it is not
+    started a second time)."""
+    deadline = time.monotonic() + BIND_WAIT
+    started = gone = False
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(REPLY_WAIT)
+        try:
+            sock.connect(path)
+            return sock
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+        except OSError:
+            sock.close()
+            return None
+        if gone or time.monotonic() >= deadline:
+            return None
+        if _start_server(path, scheme, env, start=not started):
+            # Ours let its lock go: bound since our connect (try once more), or dead.
+            gone, started = started, True
+            if gone:
+                continue
+        time.sleep(0.01)  # a bounded poll: the socket has no event to wait on
+
+
 def _umask() -> int:
     mask = os.umask(0o077)
     os.umask(mask)
@@ -169,21 +200,22 @@ def _umask() -> int:
 _launchers: list[subprocess.Popen[bytes]] = []
 
 
-def _start_server(path: str, scheme: str, env: dict[str, str]) -> None:
-    """Start the server, detached (its own session; the launcher forks it
-    and exits, so the server is no child of the job). Not waited for: the
-    launcher's interpreter start and imports would delay the job that
-    happens to be first, which spawns its own keeper anyway (a job that runs
-    once an hour is always first). A lock lets one job of a burst start it;
-    the others spawn their own keepers meanwhile."""
+def _start_server(path: str, scheme: str, env: dict[str, str], *, start: bool) -> bool:
+    """Start the server (if ``start``), detached (its own session; the
+    launcher forks it and exits, so the server is no child of the job). A
+    lock, held by the server until it binds, lets one job of a burst start
+    it: True when this job took the lock, that is when no server is
+    starting; every job waits for the bind (``_connect``)."""
     lock = os.open(path + ".lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(lock)
-        return
+        return False
     _launchers[:] = [launcher for launcher in _launchers if launcher.poll() is None]
     try:
+        if not start:
+            return True
         _launchers.append(subprocess.Popen(
             [sys.executable, "-m", "lease_integrations.keeper.process", "--fork-server", path,
              scheme, str(lock)],
@@ -193,6 +225,7 @@ def _start_server(path: str, scheme: str, env: dict[str, str]) -> None:
         pass
     finally:
         os.close(lock)
+    return True
 
 
 # -- the server -----------------------------------------------------------------
@@ -206,7 +239,7 @@ def serve(path: str, scheme: str, lock: int | None, keeper: Callable[[int], None
     gc.disable()
     # Warm before binding: a socket that exists is a server that answers in
     # milliseconds, not one still importing a driver while a job's
-    # ``REPLY_WAIT`` runs out (jobs meanwhile find the lock held and spawn).
+    # ``REPLY_WAIT`` runs out (jobs meanwhile find the lock held and wait).
     "warm".encode("idna")  # what opening a store imports (encodings.idna, stringprep)
     importlib.import_module("email.parser")
     warm: set[str] = set()

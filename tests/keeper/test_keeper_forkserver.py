@@ -186,6 +186,17 @@ def test_the_keepers_of_several_jobs_are_forked_from_one_server(
     assert all(h.process.poll() is None for h in (first, *later[1:]))
 
 
+def test_the_first_job_gets_its_keeper_from_the_server_it_starts(
+        url: str, key: str, holders: Callable[[str, str], Holder]) -> None:
+    """No server yet: the job starts one and waits for it to bind (about
+    what a spawned keeper's start costs) instead of spawning its own, so a
+    cold burst's keepers share pages too. Before, the first job spawned."""
+    first = holders(url, f"{key}-0")
+    server = one_server(holders.runtime)  # type: ignore[attr-defined]
+    assert parent(first.keeper()) == server[0]
+    kept(url, f"{key}-0", first)
+
+
 def test_a_killed_server_costs_no_lease_and_the_next_job_gets_a_keeper(
         url: str, key: str, holders: Callable[[str, str], Holder]) -> None:
     """SIGKILL of the server: the keepers it forked run on (their jobs keep
