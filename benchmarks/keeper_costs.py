@@ -1,7 +1,8 @@
-"""What the keeper process costs a job: how long after the first hold began
-the keeper had the store open (the hold itself does not wait for it), its
-memory (RSS), and the first hold's own time beside a process with the
-keeper off (``LEASE_KEEPER=off``), each in a fresh process, side by side.
+"""What the keeper process costs a job: the first hold's time, made at once
+after the lock (it waits for the keeper to have the store open: one renewer
+per lease), how long after that hold began the keeper was ready, its memory
+(RSS), beside a process with the keeper off (``LEASE_KEEPER=off``), each in
+a fresh process, side by side.
 
     .venv/bin/python -m benchmarks.keeper_costs URL [--runs N]
 """

@@ -48,7 +48,7 @@ from .core.validation import (
     validate_ttl,
     validate_wait,
 )
-from .keeper.client import get_keeper, keeps
+from .keeper.client import Renewer, get_keeper, keeps
 from .keeper.failstop import release_on_sigterm, stop_process
 from .keeper.heartbeat import get_heartbeat
 
@@ -185,6 +185,7 @@ class LeaseLock:
         holder, full_meta = self._identity(meta)
         secret = new_secret()
         deadline = None if limit is None else time.monotonic() + limit
+        renewer = self._renewer()
         backoff: Backoff | None = None  # made on the first busy answer only
         late = False
         while True:
@@ -192,7 +193,7 @@ class LeaseLock:
             result = self.store.acquire(self.key, holder, secret, self.ttl, full_meta)
             if result.granted:
                 if self._answered_in_window(started):
-                    return self._start(result, started, secret, armed=armed)
+                    return self._start(result, started, secret, renewer, armed=armed)
                 self._give_back_late(result, started, secret, again=late)
                 late = True
                 continue
@@ -258,6 +259,7 @@ class LeaseLock:
         return self._adopt(token, secret, armed=False)
 
     def _adopt(self, token: int, secret: str, *, armed: bool) -> Lease:
+        renewer = self._renewer()
         started = now()
         record = self.store.get(self.key) if self.store.renew(
             self.key, secret, token, self.ttl) else None
@@ -267,7 +269,7 @@ class LeaseLock:
             raise LeaseLost(self.key, token, f"the renewal to adopt answered after "
                             f"{now() - started:.3g} s, past its trust window "
                             f"(ttl - margin = {self.ttl - self.margin:g} s)")
-        return self._start(AcquireResult(True, record), started, secret=secret, armed=armed,
+        return self._start(AcquireResult(True, record), started, secret, renewer, armed=armed,
                            adopted=True)
 
     def forget(self, lease: Lease) -> None:
@@ -343,6 +345,7 @@ class LeaseLock:
         holder, full_meta = self._identity(meta)
         secret = new_secret()
         deadline = None if limit is None else time.monotonic() + limit
+        renewer = await asyncio.to_thread(self._renewer)
         backoff = Backoff()
         late = False
         while True:
@@ -350,7 +353,7 @@ class LeaseLock:
             result = await self._acquire_attempt_async(holder, secret, full_meta)
             if result.granted:
                 if self._answered_in_window(started):
-                    return self._start(result, started, secret, armed=armed)
+                    return self._start(result, started, secret, renewer, armed=armed)
                 await asyncio.to_thread(self._give_back_late, result, started, secret, again=late)
                 late = True
                 continue
@@ -544,11 +547,20 @@ class LeaseLock:
                                    "lease_holder": busy.holder, "lease_token": busy.token})
         return busy
 
-    def _start(self, result: AcquireResult, started: float, secret: str, *,
+    def _renewer(self) -> Renewer:
+        """What will renew the next lease, decided before it is taken: the
+        keeper once it has the store open (``Keeper.takes`` waits for that),
+        else this process's heartbeat. One renewer for the lease's life."""
+        if self._kept:
+            keeper = get_keeper()
+            if keeper.takes(self.store):
+                return keeper
+        return get_heartbeat()
+
+    def _start(self, result: AcquireResult, started: float, secret: str, renewer: Renewer, *,
                armed: bool = False, adopted: bool = False) -> Lease:
-        """The granted lease, handed to what renews it: the keeper (with
-        ``armed``: a fail-stop block will run under it) or this process's
-        heartbeat."""
+        """The granted lease, handed to its renewer (with ``armed``: a
+        fail-stop block will run under it, the keeper arms its stop)."""
         assert result.record is not None
         lease = Lease(result.record, ttl=self.ttl, margin=self.margin, attempt_started=started,
                       secret=secret, grace=self.grace)
@@ -560,8 +572,8 @@ class LeaseLock:
                 extra={"lease_event": "acquire", "lease_key": lease.key,
                        "lease_token": lease.token, "lease_holder": lease.holder},
             )
-        lease.kept_by = get_keeper() if self._kept else get_heartbeat()
-        lease.kept_by.add(lease, self.store, self.heartbeat, armed=armed)
+        lease.kept_by = renewer
+        renewer.add(lease, self.store, self.heartbeat, armed=armed)
         return lease
 
 

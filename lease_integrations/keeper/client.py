@@ -15,7 +15,10 @@ by ``connect(url)`` from a URL, not ``memory://`` nor a client object the
 user built) and the kernel tools are here (``kernel.available()``: Linux);
 otherwise its leases keep the in-process heartbeat, decided and logged once
 per store. ``LEASE_KEEPER=off`` in the environment keeps every store in
-process.
+process. Each lease has one renewer for its whole life: an acquire first
+waits (``takes``, up to ``START_WAIT``) for the keeper to have the store
+open, before any lease is at stake; a keeper not ready by then leaves that
+lease to the heartbeat.
 
 Secrets (the store URL's password, each lease's owner secret) reach the
 keeper on its stdin, never in its argv or environment.
@@ -44,6 +47,10 @@ from .heartbeat import get_heartbeat
 log = logging.getLogger("lease_integrations")
 
 ENV_SWITCH = "LEASE_KEEPER"
+#: Seconds an acquire waits for a starting keeper to have its store open (a
+#: forked keeper: milliseconds; a spawned one: an interpreter start, seconds
+#: on a loaded host); past it, that lease is renewed in this process.
+START_WAIT = 5.0
 
 #: store -> whether its leases go to the keeper (decided once, logged once).
 _decided: weakref.WeakKeyDictionary[LeaseStore, bool] = weakref.WeakKeyDictionary()
@@ -100,13 +107,11 @@ class Keeper:
         self._store_ids: weakref.WeakKeyDictionary[LeaseStore, int] = weakref.WeakKeyDictionary()
         self._leases: dict[int, tuple[Lease, bool, int]] = {}  # id -> lease, armed, generation
         self._stores: dict[int, LeaseStore] = {}  # lease id -> its store
-        #: Stores the keeper has opened (it said ``ready``), and the leases
-        #: taken before that, which this process's heartbeat renews too until
-        #: the keeper's first renewal of each: a keeper still starting (its
-        #: interpreter, the store's driver, a connection: a few hundred ms)
-        #: must not cost a lease with a short ttl its first window.
+        #: Stores the keeper has opened (it said ``ready``): ``takes`` waits
+        #: for this before an acquire, so that no lease is at stake while
+        #: a keeper starts (its interpreter, the store's driver, a connection).
         self._ready: set[int] = set()
-        self._bridged: set[int] = set()
+        self._opened = threading.Condition()
         self._ids = itertools.count(1)
         self._armed = 0
         self._buffer = b""
@@ -130,12 +135,12 @@ class Keeper:
             lid = next(self._ids)
             lease.keeper_id = lid
             lease.sync = self.sync
+            if self._broken:  # no keeper could be started since ``takes``
+                lease.kept_by = get_heartbeat()
+                lease.kept_by.add(lease, store, interval)
+                return
             self._leases[lid] = (lease, armed, self._generation)
             self._stores[lid] = store
-            if sid not in self._ready or self._broken:
-                self._bridged.add(lid)
-                get_heartbeat().add(lease, store, interval, on_renewed=self._bridged_renewal,
-                                    records_loss=self._proc is None)
             self._write(wire.add(lid, sid, lease, interval, armed))
             if armed:
                 self._armed += 1
@@ -151,9 +156,6 @@ class Keeper:
             self._stores.pop(lease.keeper_id, None)
             if entry is None:
                 return
-            if lease.keeper_id in self._bridged:
-                self._bridged.discard(lease.keeper_id)
-                get_heartbeat().remove(lease)
             self._write(wire.drop(lease.keeper_id))
             if entry[1] and entry[2] == self._generation:
                 self._armed -= 1
@@ -162,9 +164,30 @@ class Keeper:
 
     def prepare(self, store: LeaseStore) -> None:
         """Start the keeper and have it open ``store`` now, when a lock on it
-        is made: the first hold then pays neither the spawn nor the wait."""
+        is made: the first hold then waits for little or nothing."""
         with self._lock:
             self._prepare(store)
+
+    def takes(self, store: LeaseStore, timeout: float = START_WAIT) -> bool:
+        """Whether the keeper has ``store`` open, waiting up to ``timeout``
+        for it: called before an acquire, so a lease is never taken while
+        its keeper cannot renew it yet, and never has two renewers. False
+        (the lease goes to this process's heartbeat) if no keeper could be
+        started or it was not ready in time."""
+        with self._lock:
+            sid = self._prepare(store)
+            if sid in self._ready:
+                return True
+        deadline = now() + timeout
+        with self._opened:
+            while sid not in self._ready:
+                remaining = deadline - now()
+                if self._broken or remaining <= 0 or not self.alive():
+                    log.warning("the lease keeper had not opened store %s after %g s: this "
+                                "lease is renewed in this process", store.url, timeout)
+                    return False
+                self._opened.wait(remaining)
+        return True
 
     def _prepare(self, store: LeaseStore) -> int:
         """The keeper's id for ``store`` (told of it once), ``_lock`` held."""
@@ -175,16 +198,13 @@ class Keeper:
             assert source is not None  # keeps() said so
             url, options = source
             sid = self._store_ids[store] = next(self._ids)
+            # With the job's environment as it is now, not as it was when the
+            # keeper started: the store's driver reads it (AWS_ENDPOINT_URL,
+            # PGPASSWORD...), and a job may set it after an earlier store.
+            env = {k: v for k, v in os.environ.items() if not _plain(k)}
             self._send([{"op": "store", "id": sid, "url": url, "options": options,
-                         "masked": store.url, "batch": store.batch_renewals}])
+                         "masked": store.url, "batch": store.batch_renewals, "env": env}])
         return sid
-
-    def _bridged_renewal(self, lease: Lease, started: float) -> None:
-        """Our heartbeat renewed a lease the keeper is still taking over: the
-        keeper's trust window must count that renewal too."""
-        with self._lock:
-            if lease.keeper_id in self._bridged:
-                self._send([{"op": "renewed", "id": lease.keeper_id, "started": started}])
 
     def held(self) -> list[tuple[Lease, LeaseStore]]:
         """Every lease the keeper keeps for us, with its store."""
@@ -230,11 +250,10 @@ class Keeper:
     # -- the keeper process -----------------------------------------------------
     def _ensure_running(self, store: LeaseStore) -> None:
         """Start a keeper if none runs (with ``self._lock`` held). Only the
-        spawn is waited for, not the keeper's start (its imports, the store's
-        driver, a connection): until it has the store open, the leases are
-        renewed in this process too (they are bridged: see ``_ready``). The
-        spawn cannot go to a thread: a job that keeps the GIL from its first
-        hold on would never let that thread run."""
+        spawn is waited for here; its start (imports, the store's driver, a
+        connection) is waited for by ``takes``, before an acquire. The spawn
+        cannot go to a thread: a job that keeps the GIL from its first hold
+        on would never let that thread run."""
         if self._broken or (self._proc is not None and self._proc.poll() is None):
             return
         self._close_fds()
@@ -270,6 +289,8 @@ class Keeper:
                 log.error("could not start the lease keeper (%s): renewals stay in this "
                           "process, and a job call that keeps the GIL can lose its lease", exc)
                 self._broken = True
+                with self._opened:
+                    self._opened.notify_all()
                 return
             finally:
                 _close(theirs[:3])
@@ -282,7 +303,6 @@ class Keeper:
         self._death_flags = kernel.prepare_death_pipe(keeper_pipe)
         kernel.prepare_death_pipe(job_pipe_read)
         self._send([{"op": "hello", "job": os.getpid(), "group": kernel.own_group(),
-                     "env": {k: v for k, v in os.environ.items() if not _plain(k)},
                      "log_level": logging.getLogger("lease_integrations").getEffectiveLevel()}])
         self._reader = threading.Thread(target=self._read_loop, args=(proc, generation),
                                         name="lease-keeper-reader", daemon=True)
@@ -323,10 +343,11 @@ class Keeper:
             leases = [self._leases.pop(lid)[0] for lid in gone]
             for lid in gone:
                 self._stores.pop(lid, None)
-                self._bridged.discard(lid)
             if self._proc is proc:
                 self._armed = 0
                 self._set_death_pipe(False)
+        with self._opened:  # an acquire waiting for it to open a store gives up
+            self._opened.notify_all()
         for lease in leases:
             status = "" if code is None else f" with status {code}"
             lease.mark_lost(f"the lease keeper (pid {proc.pid}) exited{status}: "
@@ -370,11 +391,10 @@ class Keeper:
                 entry = self._leases.get(lid)
                 if entry is not None:
                     entry[0].renewed(started)
-                    if lid in self._bridged:  # the keeper has it now: ours stops
-                        self._bridged.discard(lid)
-                        get_heartbeat().remove(entry[0])
         elif op == "ready":
-            self._ready.add(message["store"])
+            with self._opened:
+                self._ready.add(message["store"])
+                self._opened.notify_all()
         elif op == "lost" and not self._stopping:
             entry = self._leases.get(message["id"])
             if entry is not None:

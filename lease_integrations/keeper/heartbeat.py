@@ -52,11 +52,6 @@ class _Entry:
     active: bool = True
     failures: int = 0
     last_error: str = ""
-    #: Told of each renewal (a lease the keeper will keep: it must count ours).
-    on_renewed: Callable[[Lease, float], None] | None = None
-    #: Whether a loss found here goes into the store's history (the keeper
-    #: records the losses of leases it keeps).
-    records_loss: bool = True
 
 
 class Heartbeat:
@@ -84,12 +79,10 @@ class Heartbeat:
 
     # -- registration -------------------------------------------------------
     def add(self, lease: Lease, store: LeaseStore, interval: float, *, armed: bool = False,
-            due: float | None = None, on_renewed: Callable[[Lease, float], None] | None = None,
-            records_loss: bool = True) -> None:
+            due: float | None = None) -> None:
         """Renew ``lease`` every ``interval``, first at ``due`` (default: one
         interval from now). ``armed`` is the keeper's business, not ours."""
-        entry = _Entry(lease, store, interval, retry_delay=max(0.02, min(interval / 4, 1.0)),
-                       on_renewed=on_renewed, records_loss=records_loss)
+        entry = _Entry(lease, store, interval, retry_delay=max(0.02, min(interval / 4, 1.0)))
         with self._lock:
             self._entries[id(lease)] = entry
             due = now() + interval if due is None else due
@@ -282,9 +275,6 @@ class Heartbeat:
                         entry.lease.renewed(started)
                         self._push(started + entry.interval, "renew", entry)
                 self._cond.notify()
-            for entry in renewed:  # outside our lock: the hook takes the keeper's
-                if entry.on_renewed is not None:
-                    entry.on_renewed(entry.lease, started)
         for entry, outcome in zip(batch, outcomes):
             if outcome is None:  # no verdict for this lease alone (a Cluster node failed)
                 why = StoreUnavailable("the store gave no verdict for this renewal",
@@ -332,15 +322,14 @@ class Heartbeat:
         # Recorded off the scheduler thread (the store may be why we lost it),
         # and queued before the callbacks, which may end the process (fail-stop).
         lease.mark_lost(reason, before_callbacks=lambda: self._submit(
-            _record_loss, entry.store, lease, reason) if entry.records_loss else None)
+            _record_loss, entry.store, lease, reason))
 
 
 def _why_refused(store: LeaseStore, lease: Lease) -> str:
     """What the store recorded about a refused renewal (``broken by
     supersede by host:pid``), read in a bounded time: the job, its logs and
     its face (a failed Airflow try, a cancelled Prefect run) say who stopped
-    it, whichever renewer (the keeper's, or the job's own before the keeper
-    has started) met the refusal first."""
+    it, whichever renewer (the keeper's, or the job's own) met the refusal."""
     found: list[str] = []
 
     def read() -> None:

@@ -273,6 +273,9 @@ class Keeper:
     def apply(self, message: dict[str, Any]) -> None:
         op = message["op"]
         if op == "store":
+            # The job's environment for the store's driver: set here, never
+            # in our environment block (/proc/PID/environ), see client.
+            os.environ.update(message["env"])
             store = self.stores[message["id"]] = _JobStore(
                 message["url"], message["options"], message["masked"], message["batch"], self.job)
             threading.Thread(target=self._open, args=(message["id"], store), daemon=True,
@@ -287,15 +290,6 @@ class Keeper:
                 with self._cond:  # the block ended (LeaseLost): its loss stops nothing now
                     self._stops.pop(lease.lid, None)
                     self._cond.notify()
-        elif op == "renewed":  # the job renewed it while we were starting
-            kept = self.leases.get(message["id"])
-            if kept is not None:
-                # Not echoed back: the job bridges until *our* first renewal,
-                # and one of its own told back as ours would end the bridge
-                # while our store is still opening (a slow import, a busy host).
-                Lease.renewed(kept, message["started"])
-                if kept.armed:
-                    self.rearm_soon()
         elif op == "end":
             with self._cond:
                 self._note(message.get("known", ()))
@@ -512,9 +506,6 @@ def main(job_pidfd: int | None = None) -> None:
         first += chunk
     hello = json.loads(first)
     job = hello["job"]
-    # The rest of the job's environment, for the store's driver: set here,
-    # never in our environment block (/proc/PID/environ), see client.
-    os.environ.update(hello.get("env", {}))
     # Descriptor 3 or 4 (passed, never read): the read end of the job's death
     # pipe, held open for as long as we live, so that the job's end closing
     # (its death, its descriptors closed, an exec) makes the kernel kill its

@@ -40,6 +40,10 @@ CALLER = textwrap.dedent("""
     url, key = sys.argv[1], sys.argv[2]
     lock = LeaseLock(connect(url), key, ttl=float(sys.argv[3]))
     lock.store.get(key)  # connected before the store is paused
+    # Its keeper has the store open too (an acquire waits for that): the
+    # client the pause blocks is then this acquire, not the keeper's opening.
+    with LeaseLock(lock.store, key + "-warm", ttl=float(sys.argv[3])).hold():
+        pass
     print("ready", flush=True)
     sys.stdin.readline()
     try:

@@ -37,8 +37,8 @@ def figures(**measured: object) -> None:
 def wait_until_kept(job_pid: int, url: str, key: str, token: int,
                     timeout: float = 20.0) -> Process | None:
     """Wait until the job's keeper has its lease: the keeper has its store open
-    and the lease was renewed twice since (the job's own heartbeat bridges a
-    keeper still starting: after two renewals, the next is the keeper's).
+    and the lease was renewed twice since (by the keeper: the job took it
+    only once the keeper had its store open).
     Returns the keeper, or None if there is none (the test goes on and
     judges what the job does without one)."""
     keeper = serving_keeper(job_pid, url, timeout)

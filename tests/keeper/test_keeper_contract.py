@@ -163,10 +163,9 @@ def test_a_killed_keeper_takes_the_job_with_it(
 @pytest.mark.parametrize("stuck", [None, "--callback-hangs"])
 def test_a_lease_broken_while_its_keeper_starts_still_ends_the_whole_tree(
         url: str, key: str, stuck: str | None, start_job: Callable[..., Run]) -> None:
-    """The break comes at once, while the keeper may still be starting (its
-    imports, its connection: the job's own heartbeat bridges that time).
-    Whoever finds the loss, the job's child and grandchild are gone with the
-    job within a heartbeat plus the ladder's budget (0.8 margin)."""
+    """The break comes at once, before the keeper's first renewal: the job's
+    child and grandchild are gone with the job within a heartbeat plus the
+    ladder's budget (0.8 margin)."""
     job = start_job(url, key, "--ttl", str(TTL), "--sleep", "60", "--children",
                     *([stuck] if stuck else []))
     processes = job.tree()
