@@ -111,6 +111,7 @@ class Keeper:
         #: for this before an acquire, so that no lease is at stake while
         #: a keeper starts (its interpreter, the store's driver, a connection).
         self._ready: set[int] = set()
+        self._unopened: set[int] = set()  # it tried and failed (its log says why)
         self._opened = threading.Condition()
         self._ids = itertools.count(1)
         self._armed = 0
@@ -173,7 +174,8 @@ class Keeper:
         for it: called before an acquire, so a lease is never taken while
         its keeper cannot renew it yet, and never has two renewers. False
         (the lease goes to this process's heartbeat) if no keeper could be
-        started or it was not ready in time."""
+        started, or it could not open the store (it is asked to try again
+        for the next acquire), or was not ready in time."""
         with self._lock:
             sid = self._prepare(store)
             if sid in self._ready:
@@ -182,12 +184,20 @@ class Keeper:
         with self._opened:
             while sid not in self._ready:
                 remaining = deadline - now()
-                if self._broken or remaining <= 0 or not self.alive():
-                    log.warning("the lease keeper had not opened store %s after %g s: this "
-                                "lease is renewed in this process", store.url, timeout)
-                    return False
+                failed = sid in self._unopened
+                if failed or self._broken or remaining <= 0 or not self.alive():
+                    self._unopened.discard(sid)
+                    break
                 self._opened.wait(remaining)
-        return True
+            else:
+                return True
+        log.warning("the lease keeper %s store %s: this lease is renewed in this process",
+                    "could not open" if failed else f"had not opened after {timeout:g} s",
+                    store.url)
+        if failed:
+            with self._lock:
+                self._send([{"op": "open", "id": sid}])
+        return False
 
     def _prepare(self, store: LeaseStore) -> int:
         """The keeper's id for ``store`` (told of it once), ``_lock`` held."""
@@ -260,6 +270,7 @@ class Keeper:
         self._generation += 1  # the old keeper's reader reports its own leases lost
         self._store_ids.clear()
         self._ready.clear()
+        self._unopened.clear()
         self._armed = 0
         source = source_of(store)
         assert source is not None  # keeps() said so
@@ -391,9 +402,9 @@ class Keeper:
                 entry = self._leases.get(lid)
                 if entry is not None:
                     entry[0].renewed(started)
-        elif op == "ready":
+        elif op in ("ready", "unopened"):
             with self._opened:
-                self._ready.add(message["store"])
+                (self._ready if op == "ready" else self._unopened).add(message["store"])
                 self._opened.notify_all()
         elif op == "lost" and not self._stopping:
             entry = self._leases.get(message["id"])

@@ -280,6 +280,9 @@ class Keeper:
                 message["url"], message["options"], message["masked"], message["batch"], self.job)
             threading.Thread(target=self._open, args=(message["id"], store), daemon=True,
                              name="keeper-open").start()
+        elif op == "open" and message["id"] in self.stores:
+            threading.Thread(target=self._open, args=(message["id"], self.stores[message["id"]]),
+                             daemon=True, name="keeper-open").start()
         elif op == "add":
             self._add(message)
         elif op == "drop":
@@ -300,8 +303,9 @@ class Keeper:
         """Open the store at once, off the main thread; say when it is open."""
         try:
             store.opened()
-        except Exception as exc:  # opened again at the first renewal, which says why
+        except Exception as exc:  # the job's next acquire asks again ("open")
             log.warning("could not open the store yet: %s", exc)
+            self.outbox.send({"op": "unopened", "store": sid})
             return
         self.outbox.send({"op": "ready", "store": sid})
 
