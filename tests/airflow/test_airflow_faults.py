@@ -13,6 +13,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
 from harness import AIRFLOW_2, events, open_gate, result_for, wait_until
 
 from lease_integrations import LEASE_LOST_EXIT_STATUS, connect
@@ -82,26 +83,36 @@ def test_broken_lease_and_sigterm_end_the_try_failed(run_dags: Any, record_dir: 
     store.close()
 
 
-def test_sigkilled_holder_is_replaced_after_the_ttl_without_clearing(run_dags: Any,
-                                                                      record_dir: Path) -> None:
+@pytest.mark.parametrize("keeper", ["off", "on"])
+def test_sigkilled_holder_is_replaced_without_clearing(run_dags: Any, record_dir: Path,
+                                                        keeper: str) -> None:
+    """SIGKILL of the run's process (the OOM killer) inside its leased
+    callable. With its keeper, the keeper ends what the run started and gives
+    the lease back at once; without one (``LEASE_KEEPER=off``: as when the
+    whole machine died) nobody releases it and the store's clock expires it
+    after its ttl. Either way nobody clears anything, and the next run takes
+    over with a higher token."""
     store = connect(os.environ["LEASE_STORE_URL"])
     key = "airflow/lt_crash/job"
-    crashed = run_dags("lt_crash", name="crashed")
+    crashed = run_dags("lt_crash", name="crashed",
+                       env={"LEASE_KEEPER": "off"} if keeper == "off" else None)
     # The next run's process starts now too, and waits for its cue after start-up.
     following = run_dags("lt_warm", "gate:crash-go", "lt_crash", name="next")
     wait_until(lambda: started(record_dir, "lt_crash"), "the callable to start")
+    token = started(record_dir, "lt_crash")[0]["token"]
     crashed.kill(signal.SIGKILL)
     crashed.wait()
-    dead = store.get(key)
-    assert dead is not None and dead.holder is not None  # nobody released it
-    assert dead.token == started(record_dir, "lt_crash")[0]["token"]
-
-    # Nobody clears anything: the store's clock expires the lease after its ttl.
-    wait_until(lambda: not store.get(key).held, "the dead holder's ttl to pass")  # type: ignore[union-attr]
+    if keeper == "off":
+        dead = store.get(key)
+        assert dead is not None and dead.holder is not None  # nobody released it
+        assert dead.token == token
+    wait_until(lambda: not store.get(key).held, "the dead holder's lease to end")  # type: ignore[union-attr]
+    ends = [e.kind for e in store.history(key) if e.token == token and e.kind != "acquired"]
+    assert ("released" in ends) == (keeper == "on"), ends
     open_gate(record_dir, "crash-go")
     results = following.wait()
     assert result_for(results, "lt_crash")["tasks"]["job"] == "success"
     runs = started(record_dir, "lt_crash")
-    assert len(runs) == 2 and runs[0]["token"] == dead.token < runs[1]["token"]
+    assert len(runs) == 2 and runs[0]["token"] == token < runs[1]["token"]
     assert runs[0]["run_id"] != runs[1]["run_id"]
     store.close()
