@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from contextvars import ContextVar
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from .core import metrics
 from .core.backoff import Backoff
@@ -345,7 +345,10 @@ class LeaseLock:
         holder, full_meta = self._identity(meta)
         secret = new_secret()
         deadline = None if limit is None else time.monotonic() + limit
-        renewer = await asyncio.to_thread(self._renewer)
+        # A thread only when there is something to wait for (a starting keeper).
+        renewer = self._renewer(wait=False)
+        if renewer is None:
+            renewer = await asyncio.to_thread(self._renewer, True)
         backoff = Backoff()
         late = False
         while True:
@@ -547,14 +550,22 @@ class LeaseLock:
                                    "lease_holder": busy.holder, "lease_token": busy.token})
         return busy
 
-    def _renewer(self) -> Renewer:
+    @overload
+    def _renewer(self, wait: Literal[True] = True) -> Renewer: ...
+    @overload
+    def _renewer(self, wait: Literal[False]) -> Renewer | None: ...
+
+    def _renewer(self, wait: bool = True) -> Renewer | None:
         """What will renew the next lease, decided before it is taken: the
         keeper once it has the store open (``Keeper.takes`` waits for that),
-        else this process's heartbeat. One renewer for the lease's life."""
+        else this process's heartbeat. One renewer for the lease's life.
+        ``wait=False``: None where the keeper would have to be waited for."""
         if self._kept:
             keeper = get_keeper()
-            if keeper.takes(self.store):
+            if keeper.takes(self.store, wait=wait):
                 return keeper
+            if not wait and keeper.alive():
+                return None
         return get_heartbeat()
 
     def _start(self, result: AcquireResult, started: float, secret: str, renewer: Renewer, *,

@@ -169,17 +169,18 @@ class Keeper:
         with self._lock:
             self._prepare(store)
 
-    def takes(self, store: LeaseStore, timeout: float = START_WAIT) -> bool:
+    def takes(self, store: LeaseStore, timeout: float = START_WAIT, *, wait: bool = True) -> bool:
         """Whether the keeper has ``store`` open, waiting up to ``timeout``
         for it: called before an acquire, so a lease is never taken while
         its keeper cannot renew it yet, and never has two renewers. False
         (the lease goes to this process's heartbeat) if no keeper could be
         started, or it could not open the store (it is asked to try again
-        for the next acquire), or was not ready in time."""
+        for the next acquire), or was not ready in time. ``wait=False``:
+        only whether it has the store open now."""
         with self._lock:
             sid = self._prepare(store)
-            if sid in self._ready:
-                return True
+            if sid in self._ready or not wait:
+                return sid in self._ready
         deadline = now() + timeout
         with self._opened:
             while sid not in self._ready:
