@@ -41,6 +41,7 @@ from ..core.lease import Lease
 from ..core.store import LeaseStore
 from ..core.supersede_guards import SupersedeGuard, only_newer, only_same
 from ..core.validation import validate_key, validate_meta, validate_ttl
+from ..keeper.client import contain
 from ..keeper.descendants import descendants
 from ..keeper.failstop import stop_hook
 from ..lock import LeaseLock
@@ -336,6 +337,9 @@ class _Runner:
             code = COMMAND_NOT_FOUND if isinstance(exc, FileNotFoundError) else CANNOT_EXECUTE
             print(f"leasectl: cannot run {self.plan.argv[0]!r}: {exc.strerror}", file=sys.stderr)
             return code
+        # The command's group is not ours: the death pipes kill it too if
+        # the keeper (or this process) dies while it runs under the lease.
+        stack.enter_context(contain(self.lock.store, child.pid))
         if self.pending is not None:
             signal_group(child.pid, self.pending)
         stack.enter_context(stop_hook(lambda: end_group(child.pid, lease.grace,

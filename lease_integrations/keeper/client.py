@@ -35,6 +35,8 @@ import subprocess
 import sys
 import threading
 import weakref
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
 from ..core.clock import now
@@ -120,7 +122,10 @@ class Keeper:
         self._stopping = False
         self._reader: threading.Thread | None = None
         self._broken = False  # the keeper could not be started: all stays in process
-        self._death_flags = 0
+        #: Our death pipes' read ends (names in ``_ends``) -> their flags.
+        self._death: dict[str, int] = {}
+        #: Other process groups the death pipes kill with ours (``contain``).
+        self._groups: set[int] = set()
         self._generation = 0
         self.renewals = 0  # renewals the keeper reported, for benchmarks
 
@@ -312,8 +317,11 @@ class Keeper:
         self._ends = kernel.Ends(**ours)
         os.set_blocking(in_, False)
         kernel.widen_pipe(out)
-        self._death_flags = kernel.prepare_death_pipe(keeper_pipe)
-        kernel.prepare_death_pipe(job_pipe_read)
+        self._death = {name: kernel.prepare_death_pipe(fd)
+                       for name, fd in (("keeper_pipe", keeper_pipe),
+                                        ("job_pipe_read", job_pipe_read))}
+        for group in self._groups:
+            self._add_group(group)
         self._send([{"op": "hello", "job": os.getpid(), "group": kernel.own_group(),
                      "log_level": logging.getLogger("lease_integrations").getEffectiveLevel()}])
         self._reader = threading.Thread(target=self._read_loop, args=(proc, generation),
@@ -333,11 +341,51 @@ class Keeper:
 
     def _set_death_pipe(self, armed: bool) -> None:
         """Arm (or disarm) both death pipes: the keeper's death, and ours
-        (our death, our descriptors closed, an exec), kill our process group."""
-        for name in ("keeper_pipe", "job_pipe_read"):
+        (our death, our descriptors closed, an exec), kill our process group
+        (and those given to ``contain``)."""
+        for name, flags in self._death.items():
             fd = self._ends.get(name)
             if fd >= 0:
-                kernel.set_death_pipe(fd, armed, self._death_flags)
+                kernel.set_death_pipe(fd, armed, flags)
+
+    @contextmanager
+    def contain(self, group: int) -> Iterator[None]:
+        """While the block runs, the death pipes kill process group ``group``
+        too: a command this job started in a session of its own
+        (``leasectl run``) is out of reach of a signal to the job's group,
+        and must not run on when the keeper, or the job, dies in a fail-stop
+        block. Each pipe gets a second read end owned by that group."""
+        with self._lock:
+            self._groups.add(group)
+            self._add_group(group)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._groups.discard(group)
+                names = [name for name in self._death if name.endswith(f"@{group}")]
+                for name in names:
+                    fd = self._ends.get(name)
+                    if fd >= 0:
+                        kernel.set_death_pipe(fd, False, self._death[name])
+                    del self._death[name]
+                self._ends.close(*names)
+
+    def _add_group(self, group: int) -> None:
+        """A read end of each death pipe owned by ``group``, armed as ours
+        are (``_lock`` held; no keeper running: added when one starts)."""
+        if self._proc is None or self._proc.poll() is not None:
+            return
+        for base in ("keeper_pipe", "job_pipe_read"):
+            fd = self._ends.get(base)
+            if fd < 0:
+                continue
+            name = f"{base}@{group}"
+            reader = kernel.another_reader(fd)
+            self._ends.add(name, reader)
+            self._death[name] = kernel.prepare_death_pipe(reader, group)
+            if self._armed:
+                kernel.set_death_pipe(reader, True, self._death[name])
 
     def disarm_for_exit(self) -> None:
         """The keeper has frozen what we started and ends it once we exit
@@ -425,6 +473,7 @@ class Keeper:
         these pipes; and the child must not hold the parent's end of its
         death pipe open): only those still ours (``kernel.Ends``)."""
         self._ends.close()
+        self._death.clear()
 
 
 _keeper: Keeper | None = None
@@ -507,6 +556,12 @@ def get_keeper() -> Keeper:
         return _keeper
 
 
+def contain(store: LeaseStore, group: int) -> AbstractContextManager[None]:
+    """``Keeper.contain`` where ``store``'s leases are kept by a keeper;
+    nothing where they stay in process (no death pipe to kill with)."""
+    return get_keeper().contain(group) if keeps(store) else nullcontext()
+
+
 def after_fork() -> None:
     """In a forked child: no keeper, and none of the parent's ends of its
     pipes (the child must not hold the job's death pipe open)."""
@@ -515,4 +570,4 @@ def after_fork() -> None:
         _keeper._close_fds()  # the child keeps none of its parent's leases
     _keeper, _keeper_lock = None, threading.Lock()
 
-__all__ = ["ENV_SWITCH", "Keeper", "Renewer", "get_keeper", "keeps"]
+__all__ = ["ENV_SWITCH", "Keeper", "Renewer", "contain", "get_keeper", "keeps"]

@@ -114,15 +114,23 @@ def own_group() -> int | None:
     return pgid if pgid == os.getpid() else None
 
 
-def prepare_death_pipe(read_fd: int) -> int:
-    """Make the kernel SIGKILL this process's group (or this process alone,
-    see ``own_group``), not send SIGIO, when ``read_fd`` becomes readable
-    (its last writer died), once ``set_death_pipe`` arms it. Returns the
-    fd's flags, which ``set_death_pipe`` then sets in one call."""
-    group = own_group()
+def prepare_death_pipe(read_fd: int, group: int | None = None) -> int:
+    """Make the kernel SIGKILL ``group`` (default: this process's group, or
+    this process alone, see ``own_group``), not send SIGIO, when ``read_fd``
+    becomes readable (its last writer died), once ``set_death_pipe`` arms
+    it. Returns the fd's flags, which ``set_death_pipe`` then sets in one call."""
+    if group is None:
+        group = own_group()
     fcntl.fcntl(read_fd, fcntl.F_SETOWN, -group if group is not None else os.getpid())
     fcntl.fcntl(read_fd, F_SETSIG, signal.SIGKILL)
     return fcntl.fcntl(read_fd, fcntl.F_GETFL) & ~os.O_ASYNC
+
+
+def another_reader(read_fd: int) -> int:
+    """A second read end of ``read_fd``'s pipe with an open file description
+    of its own (``/proc/self/fd``), so it can have an owner of its own: the
+    kernel signals every armed reader's owner when the last writer dies."""
+    return os.open(f"/proc/self/fd/{read_fd}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
 
 
 def set_death_pipe(read_fd: int, armed: bool, flags: int) -> None:
@@ -221,11 +229,15 @@ class Ends:
         fd, identity = self._fds.get(name, (-1, None))
         return fd if fd >= 0 and identity is not None and _identity(fd) == identity else -1
 
-    def close(self) -> None:
-        """Close every end that is still ours; forget the rest."""
-        for name in list(self._fds):
+    def add(self, name: str, fd: int) -> None:
+        self._fds[name] = (fd, _identity(fd))
+
+    def close(self, *names: str) -> None:
+        """Close the ends named (default: every end) that are still ours;
+        forget the rest."""
+        for name in names or list(self._fds):
             fd = self.get(name)
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self._fds.clear()
+            self._fds.pop(name, None)
