@@ -44,6 +44,7 @@ from ..core.lease import Lease
 from ..core.sources import source_of
 from ..core.store import LeaseStore
 from . import forkserver, kernel, wire
+from .descendants import SNAPSHOT_EVERY, descendants, group_alive, leaders
 from .heartbeat import get_heartbeat
 
 log = logging.getLogger("lease_integrations")
@@ -126,6 +127,7 @@ class Keeper:
         self._death: dict[str, int] = {}
         #: Other process groups the death pipes kill with ours (``contain``).
         self._groups: set[int] = set()
+        self._walked_at = 0.0
         self._generation = 0
         self.renewals = 0  # renewals the keeper reported, for benchmarks
 
@@ -343,7 +345,7 @@ class Keeper:
         """Arm (or disarm) both death pipes: the keeper's death, and ours
         (our death, our descriptors closed, an exec), kill our process group
         (and those given to ``contain``)."""
-        for name, flags in self._death.items():
+        for name, flags in list(self._death.items()):  # (no lock: see disarm_for_exit)
             fd = self._ends.get(name)
             if fd >= 0:
                 kernel.set_death_pipe(fd, armed, flags)
@@ -351,41 +353,68 @@ class Keeper:
     @contextmanager
     def contain(self, group: int) -> Iterator[None]:
         """While the block runs, the death pipes kill process group ``group``
-        too: a command this job started in a session of its own
-        (``leasectl run``) is out of reach of a signal to the job's group,
-        and must not run on when the keeper, or the job, dies in a fail-stop
-        block. Each pipe gets a second read end owned by that group."""
+        too, from its start (``_contain_tree`` would find it within a tick):
+        ``leasectl run`` starts its command in a session of its own."""
         with self._lock:
-            self._groups.add(group)
             self._add_group(group)
         try:
             yield
         finally:
             with self._lock:
-                self._groups.discard(group)
-                names = [name for name in self._death if name.endswith(f"@{group}")]
-                for name in names:
-                    fd = self._ends.get(name)
-                    if fd >= 0:
-                        kernel.set_death_pipe(fd, False, self._death[name])
-                    del self._death[name]
-                self._ends.close(*names)
+                self._drop_group(group)
+
+    def _contain_tree(self, keeper: int) -> None:
+        """While a fail-stop block runs, every process group led by a process
+        below us (a child started in a session of its own, as Airflow's
+        ``SubprocessHook`` starts a command) dies with ours when the keeper
+        or this process dies: a signal to our group misses it. Looked for
+        every ``SNAPSHOT_EVERY``, on the reader's thread; a group left with
+        no process is let go (the kernel holds the group itself, not its
+        number, so a later group with that id is never signalled)."""
+        at = now()
+        if not self._armed or self._stopping or at < self._walked_at:
+            return  # (stopping: the keeper ends the tree, SIGTERM first)
+        self._walked_at = at + SNAPSHOT_EVERY
+        found = leaders(descendants()) - {keeper, *forkserver.launchers()}
+        with self._lock:
+            for group in found - self._groups:
+                self._add_group(group)
+            for group in self._groups - found:
+                if not group_alive(group):
+                    self._drop_group(group)
 
     def _add_group(self, group: int) -> None:
         """A read end of each death pipe owned by ``group``, armed as ours
-        are (``_lock`` held; no keeper running: added when one starts)."""
+        are (``_lock`` held; with no keeper running, added when one starts)."""
+        self._groups.add(group)
         if self._proc is None or self._proc.poll() is not None:
             return
         for base in ("keeper_pipe", "job_pipe_read"):
             fd = self._ends.get(base)
-            if fd < 0:
-                continue
             name = f"{base}@{group}"
-            reader = kernel.another_reader(fd)
+            if fd < 0 or name in self._death:
+                continue
+            try:
+                reader = kernel.another_reader(fd)
+            except OSError:  # out of descriptors: the keeper's snapshot still covers it
+                continue
             self._ends.add(name, reader)
-            self._death[name] = kernel.prepare_death_pipe(reader, group)
+            try:
+                self._death[name] = kernel.prepare_death_pipe(reader, group)
+            except OSError:  # the group is gone already
+                self._ends.close(name)
+                continue
             if self._armed:
                 kernel.set_death_pipe(reader, True, self._death[name])
+
+    def _drop_group(self, group: int) -> None:
+        self._groups.discard(group)
+        names = [name for name in self._death if name.endswith(f"@{group}")]
+        for name in names:
+            fd = self._ends.get(name)
+            if fd >= 0:
+                kernel.set_death_pipe(fd, False, self._death.pop(name))
+        self._ends.close(*names)
 
     def disarm_for_exit(self) -> None:
         """The keeper has frozen what we started and ends it once we exit
@@ -395,8 +424,8 @@ class Keeper:
 
     def _read_loop(self, proc: subprocess.Popen[bytes] | forkserver.ForkedKeeper,
                    generation: int) -> None:
-        while self._pump(None):
-            pass
+        while self._pump(SNAPSHOT_EVERY):
+            self._contain_tree(proc.pid)
         code = proc.wait()
         with self._lock:
             gone = [lid for lid, entry in self._leases.items() if entry[2] == generation]

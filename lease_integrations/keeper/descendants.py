@@ -20,6 +20,34 @@ from collections.abc import Iterable
 
 from . import kernel
 
+#: Seconds between looks at a job's tree while a fail-stop block runs (the
+#: keeper's snapshot; the job's look for groups of its own below it): a
+#: process started less than this before the job or its keeper dies can
+#: escape (see docs/concepts/loss.md).
+SNAPSHOT_EVERY = 0.25
+
+
+def leaders(pids: Iterable[int]) -> set[int]:
+    """Those of ``pids`` that lead a process group (``start_new_session``,
+    ``setsid``, ``setpgid``): a signal to their parent's group misses them."""
+    found = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) == pid:
+                found.add(pid)
+    return found
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process is left in ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member changed its user: still there
+        return True
+    return True
+
 
 def _children_map() -> dict[int, list[int]]:
     """parent pid -> the live (not zombie) processes it is the parent of."""

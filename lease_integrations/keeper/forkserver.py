@@ -198,6 +198,13 @@ def _umask() -> int:
 
 #: Launchers not yet seen to exit: reaped at the next start, never waited for.
 _launchers: list[subprocess.Popen[bytes]] = []
+#: Every launcher this process started: each leads the server's process group,
+#: which is never the job's to end (``Keeper._contain_tree``).
+_launcher_pids: set[int] = set()
+
+
+def launchers() -> set[int]:
+    return set(_launcher_pids)
 
 
 def _start_server(path: str, scheme: str, env: dict[str, str], *, start: bool) -> bool:
@@ -221,6 +228,7 @@ def _start_server(path: str, scheme: str, env: dict[str, str], *, start: bool) -
              scheme, str(lock)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True, env=env, pass_fds=(lock,)))
+        _launcher_pids.add(_launchers[-1].pid)
     except OSError:
         pass
     finally:

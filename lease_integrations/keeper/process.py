@@ -55,7 +55,7 @@ from ..core.record import LeaseRecord
 from ..core.store import LeaseStore
 from . import wire
 from .bounded import bounded
-from .descendants import descendants, end_frozen, freeze
+from .descendants import SNAPSHOT_EVERY, descendants, end_frozen, freeze
 from .failstop import flush, release_all
 from .heartbeat import Heartbeat
 from .kernel import KillTimer, Process, alive, identify, is_gone, is_stopped, process_state
@@ -64,10 +64,6 @@ log = logging.getLogger("lease_integrations.keeper")
 
 #: Seconds the keeper lets the job's messages gather before reading them.
 COALESCE = 0.005
-#: Seconds between snapshots of the job's tree while a fail-stop block runs:
-#: a process started and moved out of the job's group less than this before
-#: the job dies can escape (see docs/concepts/loss.md).
-SNAPSHOT_EVERY = 0.25
 #: Seconds a job whose pipe closed has to show its death on its pidfd.
 EXIT_SETTLES = 0.2
 #: Seconds the keeper waits for the job's leases to be given back at its end.

@@ -1,6 +1,7 @@
 """The job of the containment tests (issue 39), a real process.
 
     python -m tests.keeper.contained_job URL KEY STAMPS --ttl S [--fault closerange|execv]
+        [--session]
 
 Run in a process group of its own (as Airflow's and Prefect's task runners
 start a task). It holds ``KEY`` with ``hold()`` (``on_lost="exit"``) and,
@@ -48,10 +49,19 @@ def main() -> None:
     p.add_argument("stamps")
     p.add_argument("--ttl", type=float, default=5.0)
     p.add_argument("--fault", choices=["none", "closerange", "execv"], default="none")
+    p.add_argument("--session", action="store_true",
+                   help="start the subprocess child in a session of its own (as Airflow's "
+                        "SubprocessHook does), with a child of its own there")
     args = p.parse_args()
     lock = LeaseLock(connect(args.url), args.key, ttl=args.ttl)
     with lock.hold() as lease:
-        subprocess.Popen([sys.executable, "-c", STAMP, args.stamps, "sub"])
+        if args.session:  # "sub" in its own session, and "subsub" below it in that group
+            starter = (f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', "
+                       f"{STAMP!r}, {args.stamps!r}, 'subsub'])\nexec({STAMP!r})")
+            subprocess.Popen([sys.executable, "-c", starter, args.stamps, "sub"],
+                             start_new_session=True)
+        else:
+            subprocess.Popen([sys.executable, "-c", STAMP, args.stamps, "sub"])
         multiprocessing.Process(target=stamp_forever, args=(args.stamps, "mp"), daemon=True).start()
         print("held", time.monotonic(), lease.token, os.getpid(), flush=True)
         sys.stdin.readline()

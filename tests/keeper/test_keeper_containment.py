@@ -43,9 +43,9 @@ def url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> str:
 def start_contained(tmp_path: Path) -> Iterator[Callable[..., Run]]:
     runs: list[Run] = []
 
-    def start(url: str, key: str, stamps: Path, fault: str) -> Run:
+    def start(url: str, key: str, stamps: Path, fault: str, *more: str) -> Run:
         run = Run(tmp_path / f"contained-{len(runs)}.out", url, key, str(stamps), "--ttl",
-                  str(TTL), "--fault", fault, module="tests.keeper.contained_job",
+                  str(TTL), "--fault", fault, *more, module="tests.keeper.contained_job",
                   own_group=True)
         runs.append(run)
         run.wait_for("held")
@@ -53,6 +53,10 @@ def start_contained(tmp_path: Path) -> Iterator[Callable[..., Run]]:
 
     yield start
     for run in runs:
+        for pid in {p[0] for p in run.seen}:  # a child's session of its own too
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
         run.end()
 
 
@@ -122,6 +126,59 @@ def test_nothing_of_the_job_runs_after_the_contenders_grant(
     assert not late, f"stamped after the contender's grant (seconds after it): {late}"
     if thawed is not None:
         assert latest <= thawed + AFTER_THAW, f"stamped {latest - thawed:.3f} s after the thaw"
+    assert gone, "a process of the job outlived the contender's grant"
+
+
+def armed_readers(pid: int) -> int:
+    """How many of ``pid``'s descriptors are armed death pipes (``O_ASYNC``)."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        with contextlib.suppress(OSError):
+            info = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
+            flags = int(info.split("flags:")[1].split()[0], 8)
+            count += bool(flags & os.O_ASYNC)
+    return count
+
+
+@pytest.mark.parametrize("fault", ["keeper-sigkill", "keeper-sigstop", "job-sigkill"])
+def test_a_child_in_a_session_of_its_own_ends_before_the_contenders_grant(
+        url: str, key: str, fault: str, tmp_path: Path, start_contained: Callable[..., Run],
+        start_contender: Callable[..., Contender]) -> None:
+    """The job's ``subprocess`` child runs in a session of its own (as
+    Airflow's ``SubprocessHook`` starts a ``BashOperator``'s command), with a
+    child of its own there: a signal to the job's group misses both. When
+    the keeper dies (or is stopped until its timer kills it), or the job
+    dies, that group must end too, before the lease can be granted again."""
+    contender = start_contender(url, key, TTL)
+    path = tmp_path / "stamps"
+    job = start_contained(url, key, path, "none", "--session")
+    keeper = wait_until_kept(job.pid, url, key, int(job.wait_for("held")[1]))
+    assert keeper is not None, "the job has no keeper"
+    poll(lambda: {"sub", "subsub", "mp"} <= set(stamps(path)), 30, "the children's stamps", 0.01)
+    processes: set[Process] = job.tree()
+    job.seen.add(keeper)
+    assert len(processes) >= 4, processes
+    # The job looks below itself every quarter second; once it has seen the
+    # child's group, each death pipe has a second armed read end (O_ASYNC).
+    poll(lambda: armed_readers(job.pid) >= 4 or None, 10, "the child's group contained", 0.01)
+    contender.start_now()
+    faulted = time.monotonic()
+    if fault == "job-sigkill":
+        os.kill(job.pid, signal.SIGKILL)
+    else:
+        os.kill(keeper[0], signal.SIGKILL if fault == "keeper-sigkill" else signal.SIGSTOP)
+    granted = contender.wait_for("granted", 4 * TTL)
+    got_at = float(granted[2])
+    try:
+        wait_gone(processes, 1.0)
+        gone = True
+    except AssertionError:
+        gone = False
+    seen = stamps(path)
+    figures(test="contained-session", fault=fault, store=url.split(":")[0],
+            fault_to_grant_s=got_at - faulted, last_stamp_before_grant_s=got_at - max(seen.values()))
+    late = {who: at - got_at for who, at in seen.items() if at >= got_at}
+    assert not late, f"stamped after the contender's grant (seconds after it): {late}"
     assert gone, "a process of the job outlived the contender's grant"
 
 
