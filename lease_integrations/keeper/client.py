@@ -36,7 +36,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import Any, Protocol
 
 from ..core.clock import now
@@ -44,7 +44,7 @@ from ..core.lease import Lease
 from ..core.sources import source_of
 from ..core.store import LeaseStore
 from . import forkserver, kernel, wire
-from .descendants import SNAPSHOT_EVERY, descendants, group_alive, leaders
+from .descendants import SNAPSHOT_EVERY, descendants, group_alive
 from .heartbeat import get_heartbeat
 
 log = logging.getLogger("lease_integrations")
@@ -125,8 +125,9 @@ class Keeper:
         self._broken = False  # the keeper could not be started: all stays in process
         #: Our death pipes' read ends (names in ``_ends``) -> their flags.
         self._death: dict[str, int] = {}
-        #: Other process groups the death pipes kill with ours (``contain``).
-        self._groups: set[int] = set()
+        #: Others the death pipes kill with us (``_contain_tree``, ``contain``):
+        #: a process, or ``-pgid`` a process group.
+        self._owners: set[int] = set()
         self._walked_at = 0.0
         self._generation = 0
         self.renewals = 0  # renewals the keeper reported, for benchmarks
@@ -322,8 +323,8 @@ class Keeper:
         self._death = {name: kernel.prepare_death_pipe(fd)
                        for name, fd in (("keeper_pipe", keeper_pipe),
                                         ("job_pipe_read", job_pipe_read))}
-        for group in self._groups:
-            self._add_group(group)
+        for owner in self._owners:
+            self._add_owner(owner)
         self._send([{"op": "hello", "job": os.getpid(), "group": kernel.own_group(),
                      "log_level": logging.getLogger("lease_integrations").getEffectiveLevel()}])
         self._reader = threading.Thread(target=self._read_loop, args=(proc, generation),
@@ -356,42 +357,52 @@ class Keeper:
         too, from its start (``_contain_tree`` would find it within a tick):
         ``leasectl run`` starts its command in a session of its own."""
         with self._lock:
-            self._add_group(group)
+            self._add_owner(-group)
         try:
             yield
         finally:
             with self._lock:
-                self._drop_group(group)
+                self._drop_owner(-group)
 
     def _contain_tree(self, keeper: int) -> None:
-        """While a fail-stop block runs, every process group led by a process
-        below us (a child started in a session of its own, as Airflow's
-        ``SubprocessHook`` starts a command) dies with ours when the keeper
-        or this process dies: a signal to our group misses it. Looked for
-        every ``SNAPSHOT_EVERY``, on the reader's thread; a group left with
-        no process is let go (the kernel holds the group itself, not its
-        number, so a later group with that id is never signalled)."""
+        """While a fail-stop block runs, what is below us and out of reach
+        of the signal to our group dies with us when the keeper or this
+        process dies: every process group led by a process below us (a
+        child started in a session of its own, as Airflow's
+        ``SubprocessHook`` starts a command) and, when our group is not ours
+        to kill (we only joined it), each process below us in it. Looked for
+        every ``SNAPSHOT_EVERY``, on the reader's thread; an owner with no
+        process left is let go (the kernel holds the process or group
+        itself, not its number, so a later one with that id is never
+        signalled)."""
         at = now()
         if not self._armed or self._stopping or at < self._walked_at:
             return  # (stopping: the keeper ends the tree, SIGTERM first)
         self._walked_at = at + SNAPSHOT_EVERY
-        found = leaders(descendants()) - {keeper, *forkserver.launchers()}
+        joined = os.getpgid(0) if kernel.own_group() is None else None
+        found = set()
+        for pid in descendants() - {keeper, *forkserver.launchers()}:
+            with suppress(OSError):
+                group = os.getpgid(pid)
+                if group in (pid, joined):
+                    found.add(-pid if group == pid else pid)
         with self._lock:
-            for group in found - self._groups:
-                self._add_group(group)
-            for group in self._groups - found:
-                if not group_alive(group):
-                    self._drop_group(group)
+            for owner in found - self._owners:
+                self._add_owner(owner)
+            for owner in self._owners - found:
+                if not (group_alive(-owner) if owner < 0 else kernel.stat(owner)):
+                    self._drop_owner(owner)
 
-    def _add_group(self, group: int) -> None:
-        """A read end of each death pipe owned by ``group``, armed as ours
-        are (``_lock`` held; with no keeper running, added when one starts)."""
-        self._groups.add(group)
+    def _add_owner(self, owner: int) -> None:
+        """A read end of each death pipe owned by ``owner`` (``F_SETOWN``: a
+        process, or ``-pgid`` a group), armed as ours are (``_lock`` held;
+        with no keeper running, added when one starts)."""
+        self._owners.add(owner)
         if self._proc is None or self._proc.poll() is not None:
             return
         for base in ("keeper_pipe", "job_pipe_read"):
             fd = self._ends.get(base)
-            name = f"{base}@{group}"
+            name = f"{base}@{owner}"
             if fd < 0 or name in self._death:
                 continue
             try:
@@ -400,16 +411,16 @@ class Keeper:
                 continue
             self._ends.add(name, reader)
             try:
-                self._death[name] = kernel.prepare_death_pipe(reader, group)
-            except OSError:  # the group is gone already
+                self._death[name] = kernel.prepare_death_pipe(reader, owner)
+            except OSError:  # gone already
                 self._ends.close(name)
                 continue
             if self._armed:
                 kernel.set_death_pipe(reader, True, self._death[name])
 
-    def _drop_group(self, group: int) -> None:
-        self._groups.discard(group)
-        names = [name for name in self._death if name.endswith(f"@{group}")]
+    def _drop_owner(self, owner: int) -> None:
+        self._owners.discard(owner)
+        names = [name for name in self._death if name.endswith(f"@{owner}")]
         for name in names:
             fd = self._ends.get(name)
             if fd >= 0:

@@ -27,17 +27,6 @@ from . import kernel
 SNAPSHOT_EVERY = 0.25
 
 
-def leaders(pids: Iterable[int]) -> set[int]:
-    """Those of ``pids`` that lead a process group (``start_new_session``,
-    ``setsid``, ``setpgid``): a signal to their parent's group misses them."""
-    found = set()
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            if os.getpgid(pid) == pid:
-                found.add(pid)
-    return found
-
-
 def group_alive(pgid: int) -> bool:
     """Whether any process is left in ``pgid``."""
     try:

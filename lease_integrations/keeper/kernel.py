@@ -114,14 +114,16 @@ def own_group() -> int | None:
     return pgid if pgid == os.getpid() else None
 
 
-def prepare_death_pipe(read_fd: int, group: int | None = None) -> int:
-    """Make the kernel SIGKILL ``group`` (default: this process's group, or
-    this process alone, see ``own_group``), not send SIGIO, when ``read_fd``
-    becomes readable (its last writer died), once ``set_death_pipe`` arms
-    it. Returns the fd's flags, which ``set_death_pipe`` then sets in one call."""
-    if group is None:
+def prepare_death_pipe(read_fd: int, owner: int | None = None) -> int:
+    """Make the kernel SIGKILL ``owner`` (``F_SETOWN``: a pid, or ``-pgid``;
+    default: this process's group, or this process alone, see
+    ``own_group``), not send SIGIO, when ``read_fd`` becomes readable (its
+    last writer died), once ``set_death_pipe`` arms it. Returns the fd's
+    flags, which ``set_death_pipe`` then sets in one call."""
+    if owner is None:
         group = own_group()
-    fcntl.fcntl(read_fd, fcntl.F_SETOWN, -group if group is not None else os.getpid())
+        owner = -group if group is not None else os.getpid()
+    fcntl.fcntl(read_fd, fcntl.F_SETOWN, owner)
     fcntl.fcntl(read_fd, F_SETSIG, signal.SIGKILL)
     return fcntl.fcntl(read_fd, fcntl.F_GETFL) & ~os.O_ASYNC
 

@@ -182,6 +182,42 @@ def test_a_child_in_a_session_of_its_own_ends_before_the_contenders_grant(
     assert gone, "a process of the job outlived the contender's grant"
 
 
+@pytest.mark.parametrize("fault", ["keeper-sigkill", "keeper-sigstop"])
+def test_a_job_in_a_group_not_its_own_has_its_children_ended_with_it(
+        url: str, key: str, fault: str, tmp_path: Path,
+        start_contender: Callable[..., Contender]) -> None:
+    """A job that only joined its parent's process group (run by a shell
+    script, by cron's shell, by a test runner) cannot have that group
+    killed: the death pipes end the job and each process below it that it
+    has seen, one by one, when its keeper dies or is stopped."""
+    contender = start_contender(url, key, TTL)
+    path = tmp_path / "stamps"
+    job = Run(tmp_path / "contained.out", url, key, str(path), "--ttl", str(TTL),
+              module="tests.keeper.contained_job", own_group=False)
+    try:
+        keeper = wait_until_kept(job.pid, url, key, int(job.wait_for("held")[1]))
+        assert keeper is not None, "the job has no keeper"
+        assert os.getpgid(job.pid) != job.pid, "the job must not lead its group here"
+        poll(lambda: {"sub", "mp"} <= set(stamps(path)), 30, "the children's stamps", 0.01)
+        processes: set[Process] = job.tree()
+        job.seen.add(keeper)
+        poll(lambda: armed_readers(job.pid) >= 2 + 2 * (len(processes) - 1) or None, 10,
+             "each child's death-pipe read ends", 0.01)
+        contender.start_now()
+        os.kill(keeper[0], signal.SIGKILL if fault == "keeper-sigkill" else signal.SIGSTOP)
+        got_at = float(contender.wait_for("granted", 4 * TTL)[2])
+        try:
+            wait_gone(processes, 1.0)
+            gone = True
+        except AssertionError:
+            gone = False
+        late = {who: at - got_at for who, at in stamps(path).items() if at >= got_at}
+        assert not late, f"stamped after the contender's grant (seconds after it): {late}"
+        assert gone, "a process of the job outlived the contender's grant"
+    finally:
+        job.end()
+
+
 REUSE = """
 import json, os, sys
 from lease_integrations import LeaseLock, connect
