@@ -54,6 +54,10 @@ ENV_SWITCH = "LEASE_KEEPER"
 #: forked keeper: milliseconds; a spawned one: an interpreter start, seconds
 #: on a loaded host); past it, that lease is renewed in this process.
 START_WAIT = 5.0
+#: Owners (processes, groups) below the job given death-pipe read ends of
+#: their own at most: two descriptors each, taken from the job's limit.
+#: Past it, the keeper's snapshot still ends the rest when the job dies.
+MAX_OWNERS = 32
 
 #: store -> whether its leases go to the keeper (decided once, logged once).
 _decided: weakref.WeakKeyDictionary[LeaseStore, bool] = weakref.WeakKeyDictionary()
@@ -387,11 +391,11 @@ class Keeper:
                 if group in (pid, joined):
                     found.add(-pid if group == pid else pid)
         with self._lock:
-            for owner in found - self._owners:
-                self._add_owner(owner)
             for owner in self._owners - found:
                 if not (group_alive(-owner) if owner < 0 else kernel.stat(owner)):
                     self._drop_owner(owner)
+            for owner in sorted(found - self._owners)[:MAX_OWNERS - len(self._owners)]:
+                self._add_owner(owner)  # groups (negative) first: each covers more
 
     def _add_owner(self, owner: int) -> None:
         """A read end of each death pipe owned by ``owner`` (``F_SETOWN``: a

@@ -218,6 +218,50 @@ def test_a_job_in_a_group_not_its_own_has_its_children_ended_with_it(
         job.end()
 
 
+MANY = """
+import os, subprocess, sys, time
+from lease_integrations import LeaseLock, connect
+url, key, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with LeaseLock(connect(url), key, ttl=5.0).hold():
+    children = [subprocess.Popen(["sleep", "60"]) for _ in range(count)]
+    print("started", os.getpid(), flush=True)
+    sys.stdin.readline()
+    for child in children:
+        child.kill()
+        child.wait()
+"""
+
+
+def test_the_job_spends_a_bounded_number_of_descriptors_on_its_children(
+        url: str, key: str, tmp_path: Path) -> None:
+    """Each child (of a job that only joined its group) costs two
+    descriptors of the job's own limit: past ``MAX_OWNERS`` children the
+    job takes no more, and the keeper's snapshot covers the rest."""
+    import subprocess
+    import sys
+
+    from lease_integrations.keeper.client import MAX_OWNERS
+    from tests.keeper.keeper_runs import ROOT
+
+    job = subprocess.Popen([sys.executable, "-c", MANY, url, key, str(MAX_OWNERS + 8)],
+                           cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout is not None and job.stdin is not None
+        pid = int(job.stdout.readline().split()[1])
+        cap = 2 + 2 * MAX_OWNERS
+        poll(lambda: armed_readers(pid) >= cap or None, 10, "the readers' cap", 0.01)
+        most, until = 0, time.monotonic() + 4 * 0.25  # four of the job's looks
+        while time.monotonic() < until:
+            most = max(most, armed_readers(pid))
+        assert most == cap, f"{most} armed read ends for {MAX_OWNERS + 8} children"
+        job.stdin.write("done\n")
+        job.stdin.flush()
+        assert job.wait(30) == 0
+    finally:
+        job.kill()
+        job.wait()
+
+
 REUSE = """
 import json, os, sys
 from lease_integrations import LeaseLock, connect
