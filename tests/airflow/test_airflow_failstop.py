@@ -178,6 +178,51 @@ def test_dag_test_leased_callable_child_ends_with_the_process(airflow_home: Path
 
 
 @pytest.mark.timeout(300)
+def test_dag_test_keeper_killed_ends_the_callables_sessions(airflow_home: Path,
+                                                             tmp_path: Path) -> None:
+    """The task's keeper SIGKILLed (the OOM killer) while the callable's
+    child and grandchild, each in a session of its own (out of reach of a
+    signal to the task's group), work: the kernel ends the task and both
+    within moments, long before the ttl could let anyone else in. Before,
+    the task died and both worked on past the next grant."""
+    from tests.keeper.keeper_observe import keeper_of
+
+    store_url = f"sqlite://{tmp_path}/leases.db"
+    run, directory, processes = start_dag_test("lf_child", airflow_home, tmp_path, store_url)
+    try:
+        keeper = keeper_of(run.pid)
+        # The task looks below itself every quarter second: each session is
+        # given death-pipe read ends once seen (armed: O_ASYNC).
+        poll(lambda: armed_readers(run.pid) >= 2 + 2 * len(processes),
+             "the task to see its child's and grandchild's sessions", 30, 0.01)
+        killed_at = time.time()
+        os.kill(keeper[0], 9)
+        gone_at = wait_gone(processes | identify([run.pid]), TTL / 2)
+        last = last_tick(directory)
+        print(f"\nkeeper SIGKILLed: every process gone {gone_at - killed_at:+.3f} s after, "
+              f"last work {last - killed_at:+.3f} s after (ttl {TTL:g} s)")
+        assert run.wait(10) == -9
+        not_a_success(airflow_home, "lf_child")
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        kill_left(processes)
+
+
+def armed_readers(pid: int) -> int:
+    """How many of ``pid``'s descriptors are armed death pipes (``O_ASYNC``)."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            flags = Path(f"/proc/{pid}/fdinfo/{fd}").read_text().split("flags:")[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        count += bool(int(flags, 8) & os.O_ASYNC)
+    return count
+
+
+@pytest.mark.timeout(300)
 def test_dag_test_blackholed_store_stops_all_work_before_the_contenders_grant(
         airflow_home: Path, tmp_path: Path, redis_url: str) -> None:
     key, ttl = "airflow/lf_blackout/job", 3.0  # heartbeat 1 s, margin 0.6 s, grace 0.15 s
