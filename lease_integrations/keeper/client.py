@@ -394,7 +394,8 @@ class Keeper:
             for owner in self._owners - found:
                 if not (group_alive(-owner) if owner < 0 else kernel.stat(owner)):
                     self._drop_owner(owner)
-            for owner in sorted(found - self._owners)[:MAX_OWNERS - len(self._owners)]:
+            room = max(0, MAX_OWNERS - len(self._owners))
+            for owner in sorted(found - self._owners)[:room]:
                 self._add_owner(owner)  # groups (negative) first: each covers more
 
     def _add_owner(self, owner: int) -> None:
