@@ -18,19 +18,10 @@ import signal
 import time
 from collections.abc import Collection
 
+from ..keeper.descendants import group_alive
+
 #: How often the group is looked at while it has its grace to end.
 POLL = 0.01
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether any process (a zombie not yet reaped included) is in ``pgid``."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # a member changed its user: still there
-        return True
-    return True
 
 
 def signal_group(pgid: int, signum: int) -> None:

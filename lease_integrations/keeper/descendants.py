@@ -28,7 +28,7 @@ SNAPSHOT_EVERY = 0.25
 
 
 def group_alive(pgid: int) -> bool:
-    """Whether any process is left in ``pgid``."""
+    """Whether any process (a zombie not yet reaped included) is in ``pgid``."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
