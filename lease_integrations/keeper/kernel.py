@@ -18,7 +18,9 @@ delays for as long as it runs. These act in the kernel instead:
   closes its descriptors or runs ``exec``: its group dies, whatever the
   keeper is doing, frozen included). ``set_death_pipe(fd, armed)`` turns one
   on and off (clearing ``O_ASYNC``, never closing: a close would count as
-  the writer's death).
+  the writer's death). ``another_reader`` gives a pipe a second read end
+  with an owner of its own (a process group below the job, see ``client``):
+  the kernel signals every armed reader's owner.
 - ``stat`` (the one reader of ``/proc/PID/stat`` here) and ``below``: a
   process's state, parent and start time (a pid with its start time is
   safe from reuse), and the processes below some, read from the kernel's
