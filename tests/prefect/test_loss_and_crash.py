@@ -197,7 +197,11 @@ def test_sigkilled_holder_is_taken_over_after_its_ttl_or_its_keepers_release(
     store = connect(lease_url)
     before = store.get("long-sync")
     assert before is not None and before.token == held["token"]
-    assert before.holder == held["holder"]
+    if before.holder is None:  # its keeper was quicker than this read: it gave the lease back
+        assert [e for e in store.history("long-sync")
+                if e.kind == "released" and e.token == held["token"]], before
+    else:
+        assert before.holder == held["holder"]
 
     result = ff.long_sync_waiter()  # on_busy="wait": gets the lease once it expires
     assert result["token"] > held["token"]
