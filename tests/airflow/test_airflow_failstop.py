@@ -185,7 +185,7 @@ def test_dag_test_keeper_killed_ends_the_callables_sessions(airflow_home: Path,
     signal to the task's group), work: the kernel ends the task and both
     within moments, long before the ttl could let anyone else in. Before,
     the task died and both worked on past the next grant."""
-    from tests.keeper.keeper_observe import keeper_of
+    from tests.keeper.keeper_observe import armed_readers, keeper_of
 
     store_url = f"sqlite://{tmp_path}/leases.db"
     run, directory, processes = start_dag_test("lf_child", airflow_home, tmp_path, store_url)
@@ -208,18 +208,6 @@ def test_dag_test_keeper_killed_ends_the_callables_sessions(airflow_home: Path,
             run.kill()
             run.wait()
         kill_left(processes)
-
-
-def armed_readers(pid: int) -> int:
-    """How many of ``pid``'s descriptors are armed death pipes (``O_ASYNC``)."""
-    count = 0
-    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
-        try:
-            flags = Path(f"/proc/{pid}/fdinfo/{fd}").read_text().split("flags:")[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        count += bool(int(flags, 8) & os.O_ASYNC)
-    return count
 
 
 @pytest.mark.timeout(300)

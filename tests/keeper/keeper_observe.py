@@ -155,6 +155,44 @@ def serving_keeper(job_pid: int, url: str, timeout: float) -> Process | None:
     return keeper
 
 
+def armed_readers(pid: int) -> int:
+    """How many of ``pid``'s descriptors are armed death pipes (``O_ASYNC``)."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            flags = Path(f"/proc/{pid}/fdinfo/{fd}").read_text().split("flags:")[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        count += bool(int(flags, 8) & os.O_ASYNC)
+    return count
+
+
+def gone_and_late(processes: set[Process], path: Path,
+                  granted: float) -> tuple[bool, dict[str, float], dict[str, float]]:
+    """After a contender's grant at ``granted``: whether ``processes`` are all
+    gone within a second (a survivor gets that long to stamp past the grant,
+    so the stamps show it), the latest stamp of each writer in ``path``
+    (lines ``WHO MONOTONIC``), and those later than the grant (seconds after it)."""
+    try:
+        wait_gone(processes, 1.0)
+        gone = True
+    except AssertionError:
+        gone = False
+    latest = stamps(path)
+    return gone, latest, {who: at - granted for who, at in latest.items() if at >= granted}
+
+
+def stamps(path: Path) -> dict[str, float]:
+    """who -> the latest time it stamped (lines ``WHO MONOTONIC``)."""
+    latest: dict[str, float] = {}
+    if path.exists():
+        for line in path.read_text(errors="replace").splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                latest[parts[0]] = max(latest.get(parts[0], 0.0), float(parts[1]))
+    return latest
+
+
 def wait_gone(processes: set[Process], timeout: float, every: float = 0.002) -> float:
     """Poll until none of ``processes`` is alive; the monotonic time that was first seen."""
     deadline = time.monotonic() + timeout

@@ -110,9 +110,15 @@ class Run:
                 self.process.stdin.close()
         if self.process.poll() is None:
             self.seen |= tree(self.pid)
-        if self.own_group:
+        # Its group, and any group one of its processes leads (a child's
+        # session of its own), are ended with it.
+        for leader in {self.pid} if self.own_group else set():
             with suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGKILL)
+                os.killpg(leader, signal.SIGKILL)
+        for pid, _ in self.seen:
+            with suppress(ProcessLookupError, PermissionError):
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
         for process in self.seen:
             if alive(process):
                 with suppress(ProcessLookupError):

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.cli_helpers import poll
-from tests.keeper.keeper_observe import Process, alive, wait_gone
+from tests.keeper.keeper_observe import Process, alive, armed_readers, gone_and_late, stamps
 from tests.keeper.keeper_runs import Contender, Run, figures, wait_until_kept
 
 TTL = 5.0
@@ -53,23 +53,7 @@ def start_contained(tmp_path: Path) -> Iterator[Callable[..., Run]]:
 
     yield start
     for run in runs:
-        for pid in {p[0] for p in run.seen}:  # a child's session of its own too
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                if os.getpgid(pid) == pid:
-                    os.killpg(pid, signal.SIGKILL)
         run.end()
-
-
-def stamps(path: Path) -> dict[str, float]:
-    """who -> the latest time it stamped."""
-    latest: dict[str, float] = {}
-    if path.exists():
-        for line in path.read_text(errors="replace").splitlines():
-            parts = line.split()
-            if len(parts) == 2:
-                with_time = float(parts[1])
-                latest[parts[0]] = max(latest.get(parts[0], 0.0), with_time)
-    return latest
 
 
 @pytest.mark.parametrize("fault", FAULTS)
@@ -108,36 +92,16 @@ def test_nothing_of_the_job_runs_after_the_contenders_grant(
             if alive(process):
                 os.kill(process[0], signal.SIGCONT)
         thawed = time.monotonic()
-    granted = contender.wait_for("granted", 4 * TTL)
-    got_at = float(granted[2])
-    # Anything of the job still alive now is a failure; give a survivor
-    # time to write past the grant, so the stamps show it.
-    try:
-        wait_gone(processes, 1.0)
-        gone = True
-    except AssertionError:
-        gone = False
-    seen = stamps(path)
+    got_at = float(contender.wait_for("granted", 4 * TTL)[2])
+    gone, seen, late = gone_and_late(processes, path, got_at)
     latest = max(seen.values())
     figures(test="contained", fault=fault, store=url.split(":")[0],
             fault_to_grant_s=got_at - faulted, last_stamp_before_grant_s=got_at - latest,
             stampers=",".join(sorted(seen)))
-    late = {who: at - got_at for who, at in seen.items() if at >= got_at}
     assert not late, f"stamped after the contender's grant (seconds after it): {late}"
     if thawed is not None:
         assert latest <= thawed + AFTER_THAW, f"stamped {latest - thawed:.3f} s after the thaw"
     assert gone, "a process of the job outlived the contender's grant"
-
-
-def armed_readers(pid: int) -> int:
-    """How many of ``pid``'s descriptors are armed death pipes (``O_ASYNC``)."""
-    count = 0
-    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
-        with contextlib.suppress(OSError):
-            info = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
-            flags = int(info.split("flags:")[1].split()[0], 8)
-            count += bool(flags & os.O_ASYNC)
-    return count
 
 
 @pytest.mark.parametrize("fault", ["keeper-sigkill", "keeper-sigstop", "job-sigkill"])
@@ -167,17 +131,10 @@ def test_a_child_in_a_session_of_its_own_ends_before_the_contenders_grant(
         os.kill(job.pid, signal.SIGKILL)
     else:
         os.kill(keeper[0], signal.SIGKILL if fault == "keeper-sigkill" else signal.SIGSTOP)
-    granted = contender.wait_for("granted", 4 * TTL)
-    got_at = float(granted[2])
-    try:
-        wait_gone(processes, 1.0)
-        gone = True
-    except AssertionError:
-        gone = False
-    seen = stamps(path)
+    got_at = float(contender.wait_for("granted", 4 * TTL)[2])
+    gone, seen, late = gone_and_late(processes, path, got_at)
     figures(test="contained-session", fault=fault, store=url.split(":")[0],
             fault_to_grant_s=got_at - faulted, last_stamp_before_grant_s=got_at - max(seen.values()))
-    late = {who: at - got_at for who, at in seen.items() if at >= got_at}
     assert not late, f"stamped after the contender's grant (seconds after it): {late}"
     assert gone, "a process of the job outlived the contender's grant"
 
@@ -206,12 +163,7 @@ def test_a_job_in_a_group_not_its_own_has_its_children_ended_with_it(
         contender.start_now()
         os.kill(keeper[0], signal.SIGKILL if fault == "keeper-sigkill" else signal.SIGSTOP)
         got_at = float(contender.wait_for("granted", 4 * TTL)[2])
-        try:
-            wait_gone(processes, 1.0)
-            gone = True
-        except AssertionError:
-            gone = False
-        late = {who: at - got_at for who, at in stamps(path).items() if at >= got_at}
+        gone, _, late = gone_and_late(processes, path, got_at)
         assert not late, f"stamped after the contender's grant (seconds after it): {late}"
         assert gone, "a process of the job outlived the contender's grant"
     finally:

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from tests.cli.cli_helpers import poll
-from tests.keeper.keeper_observe import Process, alive, tree, wait_gone
+from tests.keeper.keeper_observe import Process, alive, gone_and_late, stamps, tree
 from tests.keeper.keeper_runs import Contender, Run, figures, wait_until_kept
-from tests.keeper.test_keeper_containment import AFTER_THAW, stamps
+from tests.keeper.test_keeper_containment import AFTER_THAW
 
 TTL = 5.0
 STAMPS_EVERY = 0.02
@@ -69,9 +69,6 @@ def start_run(tmp_path: Path) -> Iterator[Callable[..., Run]]:
 
     yield start
     for run in runs:
-        for pid in {p[0] for p in run.seen}:  # the command's own group too
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
         run.end()
 
 
@@ -111,19 +108,12 @@ def test_the_commands_group_ends_before_the_contenders_grant(
             if alive(process):
                 os.kill(process[0], signal.SIGCONT)
         thawed = time.monotonic()
-    granted = contender.wait_for("granted", 4 * TTL)
-    got_at = float(granted[2])
-    try:  # a survivor is given time to stamp past the grant, so the stamps show it
-        wait_gone(processes, 1.0)
-        gone = True
-    except AssertionError:
-        gone = False
+    got_at = float(contender.wait_for("granted", 4 * TTL)[2])
+    gone, seen, late = gone_and_late(processes, path, got_at)
     job.seen |= tree(command)
-    seen = stamps(path)
     latest = max(seen.values())
     figures(test="run-contained", fault=fault, store=url.split(":")[0],
             fault_to_grant_s=got_at - faulted, last_stamp_before_grant_s=got_at - latest)
-    late = {who: at - got_at for who, at in seen.items() if at >= got_at}
     assert not late, f"stamped after the contender's grant (seconds after it): {late}"
     if thawed is not None:
         assert latest <= thawed + AFTER_THAW, f"stamped {latest - thawed:.3f} s after the thaw"
