@@ -44,11 +44,33 @@ class _Waiter:
 class FairQueue(queue.LifoQueue[Any]):
     """LIFO for the connections (warm ones first), FIFO for the waiters: a
     connection put back goes straight to the longest waiter (one wake-up per
-    hand-over), and a newcomer takes a free one only when nobody waits."""
+    hand-over), and a newcomer takes a free one only when nobody waits.
+
+    One idle connection may also sit beside the queue, kept for the hot
+    script calls (``take_kept``, ``keep``; see ``redis_wire``): a trip
+    through redis-py's pool costs about as much as the round trip it wraps.
+    It is still the pool's: any ``get`` takes it when the queue has no live
+    connection, and it is never kept while a thread waits."""
 
     def __init__(self, maxsize: int = 0) -> None:
         super().__init__(maxsize)
         self._waiters: deque[_Waiter] = deque()
+        self._kept: Any = None
+
+    def take_kept(self) -> Any:
+        """The kept connection, or None."""
+        with self.mutex:
+            item, self._kept = self._kept, None
+            return item
+
+    def keep(self, item: Any) -> bool:
+        """Keep ``item`` beside the queue; False (the caller puts it back
+        through the pool) while a thread waits or one is kept already."""
+        with self.mutex:
+            if self._waiters or self._kept is not None:
+                return False
+            self._kept = item
+            return True
 
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
         with self.mutex:
@@ -63,6 +85,9 @@ class FairQueue(queue.LifoQueue[Any]):
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         with self.mutex:
+            if self._kept is not None and (not self._qsize() or self.queue[-1] is None):
+                item, self._kept = self._kept, None  # a live connection before a new one
+                return item
             if self._qsize():  # (never while threads wait: put hands items to them)
                 return self._get()
             if not block:
