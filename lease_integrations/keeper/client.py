@@ -144,7 +144,12 @@ class Keeper:
     def add(self, lease: Lease, store: LeaseStore, interval: float, *,
             armed: bool = False) -> None:
         with self._lock:
-            sid = self._prepare(store)
+            # ``takes`` has just looked at the keeper and named the store to
+            # it: its id is known unless the keeper has died since (the reader
+            # then forgets the ids, see ``_read_loop``).
+            sid = self._store_ids.get(store)
+            if sid is None:
+                sid = self._prepare(store)
             lid = next(self._ids)
             lease.keeper_id = lid
             lease.sync = self.sync
@@ -451,6 +456,7 @@ class Keeper:
             if self._proc is proc:
                 self._armed = 0
                 self._set_death_pipe(False)
+                self._store_ids.clear()  # the next add asks for a keeper again
         with self._opened:  # an acquire waiting for it to open a store gives up
             self._opened.notify_all()
         for lease in leases:
