@@ -523,7 +523,7 @@ class Keeper:
         of the parent's keeper: the keeper watches the parent itself, not
         these pipes; and the child must not hold the parent's end of its
         death pipe open): only those still ours (``kernel.Ends``)."""
-        self._ends.close()
+        self._ends.close_all()
         self._death.clear()
 
 

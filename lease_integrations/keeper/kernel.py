@@ -237,11 +237,16 @@ class Ends:
         self._fds[name] = (fd, _identity(fd))
 
     def close(self, *names: str) -> None:
-        """Close the ends named (default: every end) that are still ours;
-        forget the rest."""
-        for name in names or list(self._fds):
+        """Close the ends named that are still ours; forget the rest. No
+        name closes nothing (``close_all`` closes every end): a caller whose
+        list came out empty must not close the job's own death pipe, which
+        would SIGKILL the job while it is armed."""
+        for name in names:
             fd = self.get(name)
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._fds.pop(name, None)
+
+    def close_all(self) -> None:
+        self.close(*self._fds)
