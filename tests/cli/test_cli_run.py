@@ -19,6 +19,7 @@ from cli_helpers import COMMAND, Leasectl, poll
 
 from lease_integrations import LEASE_LOST_EXIT_STATUS, LeaseStore, connect
 from lease_integrations.console.running import BUSY, SKIPPED
+from tests.keeper.keeper_observe import Process, alive, identify
 
 TARGET = Path(__file__).with_name("run_target.py")
 OTHER = "someone-else:1:00000000000000aa"
@@ -79,12 +80,22 @@ def read_pids(out: Path, proc: subprocess.Popen[str]) -> list[int]:
         path = out / "pids"
         return [int(p) for p in path.read_text().split()] if path.exists() else None
 
-    return poll(ready, 60, "the command to start its processes")
+    pids = poll(ready, 60, "the command to start its processes")
+    _SEEN.update((pid, seen) for pid in pids if (seen := identify(pid)) is not None)
+    return pids
+
+
+#: (pid, start time) of each process ``read_pids`` returned, for ``kill_all``.
+_SEEN: dict[int, Process] = {}
 
 
 def kill_all(pids: list[int]) -> None:
+    """What is left of the command's processes: each only if it is still the
+    process ``read_pids`` saw (pids wrap around in seconds on a busy host,
+    and a reused one may be another test's)."""
     for pid in pids:
-        if state(pid) not in (None, "Z"):
+        seen = _SEEN.get(pid)
+        if seen is not None and alive(seen):
             os.kill(pid, signal.SIGKILL)
 
 

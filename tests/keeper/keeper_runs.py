@@ -115,10 +115,10 @@ class Run:
         for leader in {self.pid} if self.own_group else set():
             with suppress(ProcessLookupError, PermissionError):
                 os.killpg(leader, signal.SIGKILL)
-        for pid, _ in self.seen:
+        for process in self.seen:  # only while still the process seen (pids wrap around)
             with suppress(ProcessLookupError, PermissionError):
-                if os.getpgid(pid) == pid:
-                    os.killpg(pid, signal.SIGKILL)
+                if alive(process) and os.getpgid(process[0]) == process[0]:
+                    os.killpg(process[0], signal.SIGKILL)
         for process in self.seen:
             if alive(process):
                 with suppress(ProcessLookupError):
