@@ -30,13 +30,13 @@ def signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
 
 
-def end_group(pgid: int, grace: float, *, zombie: int | None = None,
-              also: Collection[int] = ()) -> None:
+def end_group(pgid: int, grace: float, *, also: Collection[int] = ()) -> None:
     """SIGTERM (and SIGCONT, for a stopped member) to every process of
     ``pgid`` and to the pids in ``also`` (descendants seen earlier that left
     the group); SIGKILL to whatever is left after ``grace`` seconds. A group
-    whose only member left is ``zombie`` (the command itself, dead but not
-    yet reaped by the thread waiting for it) counts as ended."""
+    whose members are all zombies (the command itself, not yet reaped by the
+    thread waiting for it; a double-forked child init has not reaped yet)
+    counts as ended: none of them runs."""
     others = {pid for pid in also if _alive(pid)}
     if not group_alive(pgid) and not others:
         return
@@ -46,7 +46,7 @@ def end_group(pgid: int, grace: float, *, zombie: int | None = None,
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         others = {pid for pid in others if _alive(pid)}
-        if not others and (not group_alive(pgid) or _only_zombie(pgid, zombie)):
+        if not others and (not group_alive(pgid) or _only_zombies(pgid)):
             return
         time.sleep(POLL)
     signal_group(pgid, signal.SIGKILL)
@@ -69,9 +69,9 @@ def _signal(pids: Collection[int], signum: int) -> None:
             os.kill(pid, signum)
 
 
-def _only_zombie(pgid: int, zombie: int | None) -> bool:
-    """Whether the group's one remaining member is the unreaped ``zombie``."""
-    if zombie is None or not os.path.isdir("/proc"):
+def _only_zombies(pgid: int) -> bool:
+    """Whether every remaining member of the group has ended, unreaped."""
+    if not os.path.isdir("/proc"):
         return False
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -82,6 +82,6 @@ def _only_zombie(pgid: int, zombie: int | None) -> bool:
             fields = stat[stat.rindex(")") + 2:].split()
         except (OSError, ValueError):
             continue
-        if int(fields[2]) == pgid and (int(name) != zombie or fields[0] not in ("Z", "X")):
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
             return False
     return True

@@ -342,8 +342,7 @@ class _Runner:
         stack.enter_context(contain(self.lock.store, child.pid))
         if self.pending is not None:
             signal_group(child.pid, self.pending)
-        stack.enter_context(stop_hook(lambda: end_group(child.pid, lease.grace,
-                                                        zombie=child.pid)))
+        stack.enter_context(stop_hook(lambda: end_group(child.pid, lease.grace)))
         returncode = child.wait()
         if lease.lost:
             threading.Event().wait()  # the fail-stop ladder is ending this process (75)
