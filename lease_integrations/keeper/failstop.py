@@ -51,6 +51,7 @@ from ..core.clock import now
 from ..core.errors import LEASE_LOST_EXIT_STATUS
 from .bounded import bounded
 from .descendants import descendants, end_frozen, freeze
+from .heartbeat import get_heartbeat
 
 if TYPE_CHECKING:
     from ..core.lease import Lease, LostCallback
@@ -130,6 +131,9 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
                 "releasing the other leases")
         bounded(flush, now() + lease.grace, "flushing the logs")
         end_frozen(frozen, lease.grace, after_we_exit=True)
+        # The shell ends them, SIGTERM first: our exit must not SIGKILL our
+        # group through our own death pipe (where no keeper keeps a lease).
+        get_heartbeat().disarm_for_exit()
     finally:
         os._exit(exit_status())
 
@@ -217,7 +221,6 @@ def _release_others(lost: Lease | None, *, kept: bool = True) -> None:
     a refusal). ``kept=False`` leaves the keeper's leases to the keeper,
     which gives them back itself once the job's processes are gone."""
     from .client import get_keeper
-    from .heartbeat import get_heartbeat
 
     held = get_heartbeat().held() + (get_keeper().held() if kept else [])
     mine = [(lease, store) for lease, store in held

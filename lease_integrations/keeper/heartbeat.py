@@ -21,6 +21,7 @@ from ..core.clock import now
 from ..core.errors import StoreUnavailable
 from ..core.lease import Lease
 from ..core.store import LeaseStore, end_of_token
+from . import kernel
 from .bounded import bounded
 
 log = logging.getLogger("lease_integrations")
@@ -74,6 +75,13 @@ class Heartbeat:
         # release then costs no thread switch.
         self._wake_at = float("-inf")
         self._pool: ThreadPoolExecutor | None = None
+        #: Leases a fail-stop block runs under (``armed``), by id: while
+        #: there is one, this process's own death pipe is armed, so that its
+        #: death (the OOM killer), closed descriptors or ``exec`` end its
+        #: group, children included, before the lease can expire. Made on
+        #: the first; never in a keeper (it arms none of its own).
+        self._armed: set[int] = set()
+        self._death: kernel.OwnDeathPipe | None = None
         self.renewals = 0  # counters for benchmarks and the CLI
         self.renew_failures = 0
 
@@ -81,9 +89,11 @@ class Heartbeat:
     def add(self, lease: Lease, store: LeaseStore, interval: float, *, armed: bool = False,
             due: float | None = None) -> None:
         """Renew ``lease`` every ``interval``, first at ``due`` (default: one
-        interval from now). ``armed`` is the keeper's business, not ours."""
+        interval from now). ``armed``: a fail-stop block runs under it."""
         entry = _Entry(lease, store, interval, retry_delay=max(0.02, min(interval / 4, 1.0)))
         with self._lock:
+            if armed:
+                self._arm(id(lease))
             self._entries[id(lease)] = entry
             due = now() + interval if due is None else due
             self._push(due, "renew", entry)
@@ -97,6 +107,10 @@ class Heartbeat:
         that reaches the store after the release finds no matching holder and
         fails harmlessly, so a release (on SIGTERM, say) is never delayed."""
         with self._lock:
+            if id(lease) in self._armed:
+                self._armed.discard(id(lease))
+                if not self._armed and self._death is not None:
+                    self._death.arm(False)
             entry = self._entries.pop(id(lease), None)
             if entry is not None:
                 entry.active = False
@@ -105,6 +119,27 @@ class Heartbeat:
             if len(self._heap) > 4 * len(self._entries) + 64:
                 self._heap = [item for item in self._heap if item[3].active]
                 heapq.heapify(self._heap)
+
+    def _arm(self, lid: int) -> None:
+        """(``_lock`` held.) A kernel without the tools (not Linux) has
+        no death pipe: the ladder alone stops the job there."""
+        if not self._armed and kernel.available():
+            if self._death is None:
+                try:
+                    self._death = kernel.OwnDeathPipe()
+                except OSError as exc:  # out of descriptors: the ladder still stands
+                    log.warning("no death pipe for this process (%s): its children are not "
+                                "ended by the kernel if it dies while it holds a lease", exc)
+            if self._death is not None:
+                self._death.arm(True)
+        self._armed.add(lid)
+
+    def disarm_for_exit(self) -> None:
+        """The ladder has frozen what the process started and a shell ends
+        it once we exit (SIGTERM, then ``grace``): our exit must not SIGKILL
+        our group first. No lock: a thread of the job may hold it, stuck."""
+        if self._death is not None:
+            self._death.arm(False)
 
     def held(self) -> list[tuple[Lease, LeaseStore]]:
         """Every lease being renewed, with its store (for fail-stop's release)."""
@@ -369,5 +404,7 @@ def after_fork() -> None:
     """A forked child has none of the parent's threads: a fresh heartbeat,
     not one whose scheduler thread does not exist."""
     global _instance, _lock
+    if _instance is not None and _instance._death is not None:
+        _instance._death.close()  # the parent's: the child must not hold its writer open
     _instance = None
     _lock = threading.Lock()

@@ -1,0 +1,94 @@
+"""Issue 39, without a keeper: a job whose leases stay in its own process
+(``LEASE_KEEPER=off``, as ``memory://`` and a client object the user built
+do) still has its process group ended when it dies inside a fail-stop block,
+or closes its descriptors, or runs ``exec``: by the kernel, through the
+job's own death pipe, with no other process to help.
+
+The job (``contained_job.py``) leads a process group of its own, as task
+runners start a task, holds its lease at ttl 5 s and starts a ``subprocess``
+child and a ``multiprocessing`` child; all stamp one file. The stamps judge,
+as in ``test_keeper_containment``: nothing of the job or its children is
+stamped after the contender's grant, and every one of them is gone by then."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cli.cli_helpers import poll
+from tests.keeper.keeper_observe import Process, gone_and_late, stamps
+from tests.keeper.keeper_runs import Contender, Run, figures
+
+TTL = 5.0
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> str:
+    from tests.conftest import store_url_for
+
+    return store_url_for(request, request.param, tmp_path)
+
+
+@pytest.fixture
+def in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs and contenders started from here keep their leases in process."""
+    monkeypatch.setenv("LEASE_KEEPER", "off")
+
+
+@pytest.fixture
+def start_contained(tmp_path: Path, in_process: None) -> Iterator[Callable[..., Run]]:
+    runs: list[Run] = []
+
+    def start(url: str, key: str, stamps: Path, fault: str) -> Run:
+        run = Run(tmp_path / f"contained-{len(runs)}.out", url, key, str(stamps), "--ttl",
+                  str(TTL), "--fault", fault, module="tests.keeper.contained_job",
+                  own_group=True)
+        runs.append(run)
+        run.wait_for("held")
+        return run
+
+    yield start
+    for run in runs:
+        run.end()
+
+
+@pytest.mark.parametrize("fault", ["job-sigkill", "closerange", "execv"])
+def test_the_jobs_group_ends_with_it_without_a_keeper(
+        url: str, key: str, fault: str, tmp_path: Path, start_contained: Callable[..., Run],
+        start_contender: Callable[..., Contender]) -> None:
+    contender = start_contender(url, key, TTL)
+    path = tmp_path / "stamps"
+    in_job = fault != "job-sigkill"
+    job = start_contained(url, key, path, fault if in_job else "none")
+    poll(lambda: {"sub", "mp"} <= set(stamps(path)), 30, "both children's stamps", 0.01)
+    processes: set[Process] = job.tree()
+    assert len(processes) >= 3, processes
+    assert not [p for p in processes if "lease_integrations.keeper" in _cmdline(p[0])], \
+        "the job has a keeper: this test is about the job alone"
+    contender.start_now()
+    faulted = time.monotonic()
+    if in_job:
+        job.go()
+    else:
+        os.kill(job.pid, signal.SIGKILL)
+    got_at = float(contender.wait_for("granted", 4 * TTL)[2])
+    gone, seen, late = gone_and_late(processes, path, got_at)
+    figures(test="contained-in-process", fault=fault, store=url.split(":")[0],
+            fault_to_grant_s=got_at - faulted,
+            last_stamp_before_grant_s=got_at - max(seen.values()),
+            stampers=",".join(sorted(seen)))
+    assert not late, f"stamped after the contender's grant (seconds after it): {late}"
+    assert gone, "a process of the job outlived the contender's grant"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
