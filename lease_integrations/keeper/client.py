@@ -420,6 +420,8 @@ class Keeper:
             except OSError:  # out of descriptors: the keeper's snapshot still covers it
                 continue
             self._ends.add(name, reader)
+            if base == "job_pipe_read":  # the job's death must reach this reader's owner
+                self._ends.move_above("job_pipe", reader)
             try:
                 self._death[name] = kernel.prepare_death_pipe(reader, owner)
             except OSError:  # gone already

@@ -238,6 +238,18 @@ class Ends:
     def add(self, name: str, fd: int) -> None:
         self._fds[name] = (fd, _identity(fd))
 
+    def move_above(self, name: str, fd: int) -> None:
+        """Give end ``name`` a number above ``fd`` (a dup; the old number
+        closed: the open file description, and a pipe's count of writers,
+        are unchanged). A dying process's files are released highest number
+        first (this kernel; see ``OwnDeathPipe``): a death pipe's read end
+        numbered above the pipe's write end would be released, and its
+        owner forgotten, before the writer's release signals the readers."""
+        old = self.get(name)
+        if 0 <= old < fd:
+            self.add(name, fcntl.fcntl(old, fcntl.F_DUPFD_CLOEXEC, fd + 1))
+            os.close(old)
+
     def close(self, *names: str) -> None:
         """Close the ends named that are still ours; forget the rest. No
         name closes nothing (``close_all`` closes every end): a caller whose

@@ -1,7 +1,7 @@
 """The job of the containment tests (issue 39), a real process.
 
     python -m tests.keeper.contained_job URL KEY STAMPS --ttl S [--fault closerange|execv]
-        [--session]
+        [--session] [--hog-descriptors N]
 
 Run in a process group of its own (as Airflow's and Prefect's task runners
 start a task). It holds ``KEY`` with ``hold()`` (``on_lost="exit"``) and,
@@ -52,9 +52,14 @@ def main() -> None:
     p.add_argument("--session", action="store_true",
                    help="start the subprocess child in a session of its own (as Airflow's "
                         "SubprocessHook does), with a child of its own there")
+    p.add_argument("--hog-descriptors", type=int, default=0,
+                   help="open this many descriptors inside the block first, so that what "
+                        "the library opens later gets numbers above its own pipes' ends")
     args = p.parse_args()
     lock = LeaseLock(connect(args.url), args.key, ttl=args.ttl)
     with lock.hold() as lease:
+        hogs = [os.open(os.devnull, os.O_RDONLY) for _ in range(args.hog_descriptors)]
+        del hogs  # held for the process's life: plain numbers, never collected
         if args.session:  # "sub" in its own session, and "subsub" below it in that group
             starter = (f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', "
                        f"{STAMP!r}, {args.stamps!r}, 'subsub'])\nexec({STAMP!r})")
