@@ -36,7 +36,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from ..core.clock import now
@@ -44,7 +44,8 @@ from ..core.lease import Lease
 from ..core.sources import source_of
 from ..core.store import LeaseStore
 from . import forkserver, kernel, wire
-from .descendants import SNAPSHOT_EVERY, descendants, group_alive
+from .containment import DeathPipes
+from .descendants import SNAPSHOT_EVERY
 from .heartbeat import get_heartbeat
 
 log = logging.getLogger("lease_integrations")
@@ -54,10 +55,6 @@ ENV_SWITCH = "LEASE_KEEPER"
 #: forked keeper: milliseconds; a spawned one: an interpreter start, seconds
 #: on a loaded host); past it, that lease is renewed in this process.
 START_WAIT = 5.0
-#: Owners (processes, groups) below the job given death-pipe read ends of
-#: their own at most: two descriptors each, taken from the job's limit.
-#: Past it, the keeper's snapshot still ends the rest when the job dies.
-MAX_OWNERS = 32
 
 #: store -> whether its leases go to the keeper (decided once, logged once).
 _decided: weakref.WeakKeyDictionary[LeaseStore, bool] = weakref.WeakKeyDictionary()
@@ -127,12 +124,11 @@ class Keeper:
         self._stopping = False
         self._reader: threading.Thread | None = None
         self._broken = False  # the keeper could not be started: all stays in process
-        #: Our death pipes' read ends (names in ``_ends``) -> their flags.
-        self._death: dict[str, int] = {}
-        #: Others the death pipes kill with us (``_contain_tree``, ``contain``):
-        #: a process, or ``-pgid`` a process group.
-        self._owners: set[int] = set()
-        self._walked_at = 0.0
+        #: The read ends of both death pipes (the keeper's and ours) that
+        #: kill our group, and the groups below us, when either writer dies.
+        self._death: DeathPipes | None = None
+        #: Process groups given to ``contain``: added to each keeper's pipes.
+        self._contained: set[int] = set()
         self._generation = 0
         self.renewals = 0  # renewals the keeper reported, for benchmarks
 
@@ -260,6 +256,8 @@ class Keeper:
             if self._proc is None or self._proc.poll() is not None:
                 return False
             self._stopping = True
+            if self._death is not None:  # the keeper ends the tree, SIGTERM first
+                self._death.looking = False
             self._send([{"op": "end", "known": sorted(known - {self._proc.pid})}])
         while not self._frozen.is_set():
             remaining = deadline - now()
@@ -324,16 +322,15 @@ class Keeper:
             finally:
                 _close(theirs[:3])
         out, in_ = ours["out"], ours["in"]
-        keeper_pipe, job_pipe_read = ours["keeper_pipe"], ours["job_pipe_read"]
         self._proc = proc
         self._ends = kernel.Ends(**ours)
         os.set_blocking(in_, False)
         kernel.widen_pipe(out)
-        self._death = {name: kernel.prepare_death_pipe(fd)
-                       for name, fd in (("keeper_pipe", keeper_pipe),
-                                        ("job_pipe_read", job_pipe_read))}
-        for owner in self._owners:
-            self._add_owner(owner)
+        self._death = DeathPipes(self._ends, ("keeper_pipe", "job_pipe_read"),
+                                 {"keeper_pipe": None, "job_pipe_read": "job_pipe"},
+                                 spare=lambda: {proc.pid, *forkserver.launchers()})
+        for group in self._contained:
+            self._death.add_owner(-group)
         self._send([{"op": "hello", "job": os.getpid(), "group": kernel.own_group(),
                      "log_level": logging.getLogger("lease_integrations").getEffectiveLevel()}])
         self._reader = threading.Thread(target=self._read_loop, args=(proc, generation),
@@ -354,101 +351,37 @@ class Keeper:
     def _set_death_pipe(self, armed: bool) -> None:
         """Arm (or disarm) both death pipes: the keeper's death, and ours
         (our death, our descriptors closed, an exec), kill our process group
-        (and those given to ``contain``)."""
-        for name, flags in list(self._death.items()):  # (no lock: see disarm_for_exit)
-            fd = self._ends.get(name)
-            if fd >= 0:
-                kernel.set_death_pipe(fd, armed, flags)
+        and the groups below us (``containment``)."""
+        if self._death is not None:
+            self._death.arm(armed)
 
     @contextmanager
     def contain(self, group: int) -> Iterator[None]:
         """While the block runs, the death pipes kill process group ``group``
-        too, from its start (``_contain_tree`` would find it within a tick):
+        too, from its start (a look would find it within a tick):
         ``leasectl run`` starts its command in a session of its own."""
         with self._lock:
-            self._add_owner(-group)
+            self._contained.add(group)
+            if self._death is not None:
+                self._death.add_owner(-group)
         try:
             yield
         finally:
             with self._lock:
-                self._drop_owner(-group)
-
-    def _contain_tree(self, keeper: int) -> None:
-        """While a fail-stop block runs, what is below us and out of reach
-        of the signal to our group dies with us when the keeper or this
-        process dies: every process group led by a process below us (a
-        child started in a session of its own, as Airflow's
-        ``SubprocessHook`` starts a command) and, when our group is not ours
-        to kill (we only joined it), each process below us in it. Looked for
-        every ``SNAPSHOT_EVERY``, on the reader's thread; an owner with no
-        process left is let go (the kernel holds the process or group
-        itself, not its number, so a later one with that id is never
-        signalled)."""
-        at = now()
-        if not self._armed or self._stopping or at < self._walked_at:
-            return  # (stopping: the keeper ends the tree, SIGTERM first)
-        self._walked_at = at + SNAPSHOT_EVERY
-        joined = os.getpgid(0) if kernel.own_group() is None else None
-        found = set()
-        for pid in descendants() - {keeper, *forkserver.launchers()}:
-            with suppress(OSError):
-                group = os.getpgid(pid)
-                if group in (pid, joined):
-                    found.add(-pid if group == pid else pid)
-        with self._lock:
-            for owner in self._owners - found:
-                if not (group_alive(-owner) if owner < 0 else kernel.stat(owner)):
-                    self._drop_owner(owner)
-            room = max(0, MAX_OWNERS - len(self._owners))
-            for owner in sorted(found - self._owners)[:room]:
-                self._add_owner(owner)  # groups (negative) first: each covers more
-
-    def _add_owner(self, owner: int) -> None:
-        """A read end of each death pipe owned by ``owner`` (``F_SETOWN``: a
-        process, or ``-pgid`` a group), armed as ours are (``_lock`` held;
-        with no keeper running, added when one starts)."""
-        self._owners.add(owner)
-        if self._proc is None or self._proc.poll() is not None:
-            return
-        for base in ("keeper_pipe", "job_pipe_read"):
-            fd = self._ends.get(base)
-            name = f"{base}@{owner}"
-            if fd < 0 or name in self._death:
-                continue
-            try:
-                reader = kernel.another_reader(fd)
-            except OSError:  # out of descriptors: the keeper's snapshot still covers it
-                continue
-            self._ends.add(name, reader)
-            if base == "job_pipe_read":  # the job's death must reach this reader's owner
-                self._ends.move_above("job_pipe", reader)
-            try:
-                self._death[name] = kernel.prepare_death_pipe(reader, owner)
-            except OSError:  # gone already
-                self._ends.close(name)
-                continue
-            if self._armed:
-                kernel.set_death_pipe(reader, True, self._death[name])
-
-    def _drop_owner(self, owner: int) -> None:
-        self._owners.discard(owner)
-        names = [name for name in self._death if name.endswith(f"@{owner}")]
-        for name in names:
-            fd = self._ends.get(name)
-            if fd >= 0:
-                kernel.set_death_pipe(fd, False, self._death.pop(name))
-        self._ends.close(*names)
+                self._contained.discard(group)
+                if self._death is not None:
+                    self._death.drop_owner(-group)
 
     def disarm_for_exit(self) -> None:
-        """The keeper has frozen what we started and ends it once we exit
-        (SIGTERM, then ``grace``): our exit must not SIGKILL our group first.
-        No lock: a thread of the job may hold it, stuck, while we exit."""
-        self._set_death_pipe(False)
+        """See ``DeathPipes.disarm_for_exit``. No lock: a thread of the job
+        may hold it, stuck, while we exit."""
+        if self._death is not None:
+            self._death.disarm_for_exit()
 
     def _read_loop(self, proc: subprocess.Popen[bytes] | forkserver.ForkedKeeper,
                    generation: int) -> None:
-        while self._pump(SNAPSHOT_EVERY):
-            self._contain_tree(proc.pid)
+        while self._pump(SNAPSHOT_EVERY):  # (a timeout: see that ``in`` is still ours)
+            pass
         code = proc.wait()
         with self._lock:
             gone = [lid for lid, entry in self._leases.items() if entry[2] == generation]
@@ -525,8 +458,10 @@ class Keeper:
         of the parent's keeper: the keeper watches the parent itself, not
         these pipes; and the child must not hold the parent's end of its
         death pipe open): only those still ours (``kernel.Ends``)."""
+        if self._death is not None:
+            self._death.close()
+            self._death = None
         self._ends.close_all()
-        self._death.clear()
 
 
 _keeper: Keeper | None = None
@@ -610,9 +545,9 @@ def get_keeper() -> Keeper:
 
 
 def contain(store: LeaseStore, group: int) -> AbstractContextManager[None]:
-    """``Keeper.contain`` where ``store``'s leases are kept by a keeper;
-    nothing where they stay in process (no death pipe to kill with)."""
-    return get_keeper().contain(group) if keeps(store) else nullcontext()
+    """``contain`` of whichever keeps ``store``'s leases: the keeper's
+    death pipes, or this process's own (no keeper)."""
+    return get_keeper().contain(group) if keeps(store) else get_heartbeat().contain(group)
 
 
 def after_fork() -> None:

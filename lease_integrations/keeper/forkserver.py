@@ -199,7 +199,7 @@ def _umask() -> int:
 #: Launchers not yet seen to exit: reaped at the next start, never waited for.
 _launchers: list[subprocess.Popen[bytes]] = []
 #: Every launcher this process started: each leads the server's process group,
-#: which is never the job's to end (``Keeper._contain_tree``).
+#: which is never the job's to end (``containment.DeathPipes.look``).
 _launcher_pids: set[int] = set()
 
 

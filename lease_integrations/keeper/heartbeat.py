@@ -13,8 +13,9 @@ import itertools
 import logging
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..core.clock import now
@@ -23,6 +24,7 @@ from ..core.lease import Lease
 from ..core.store import LeaseStore, end_of_token
 from . import kernel
 from .bounded import bounded
+from .containment import DeathPipes
 
 log = logging.getLogger("lease_integrations")
 
@@ -78,10 +80,11 @@ class Heartbeat:
         #: Leases a fail-stop block runs under (``armed``), by id: while
         #: there is one, this process's own death pipe is armed, so that its
         #: death (the OOM killer), closed descriptors or ``exec`` end its
-        #: group, children included, before the lease can expire. Made on
-        #: the first; never in a keeper (it arms none of its own).
+        #: group, children included (and groups below it: ``containment``),
+        #: before the lease can expire. Made on the first; never in a keeper
+        #: (it arms none of its own).
         self._armed: set[int] = set()
-        self._death: kernel.OwnDeathPipe | None = None
+        self._death: DeathPipes | None = None
         self.renewals = 0  # counters for benchmarks and the CLI
         self.renew_failures = 0
 
@@ -121,25 +124,44 @@ class Heartbeat:
                 heapq.heapify(self._heap)
 
     def _arm(self, lid: int) -> None:
-        """(``_lock`` held.) A kernel without the tools (not Linux) has
-        no death pipe: the ladder alone stops the job there."""
-        if not self._armed and kernel.available():
-            if self._death is None:
-                try:
-                    self._death = kernel.OwnDeathPipe()
-                except OSError as exc:  # out of descriptors: the ladder still stands
-                    log.warning("no death pipe for this process (%s): its children are not "
-                                "ended by the kernel if it dies while it holds a lease", exc)
-            if self._death is not None:
-                self._death.arm(True)
+        """(``_lock`` held.)"""
+        if not self._armed:
+            pipes = self._death_pipes()
+            if pipes is not None:
+                pipes.arm(True)
         self._armed.add(lid)
 
+    def _death_pipes(self) -> DeathPipes | None:
+        """This process's death pipe, made on first use. A kernel without
+        the tools (not Linux) has none: the ladder alone stops the job there."""
+        if self._death is None and kernel.available():
+            try:
+                self._death = DeathPipes.own()
+            except OSError as exc:  # out of descriptors: the ladder still stands
+                log.warning("no death pipe for this process (%s): its children are not "
+                            "ended by the kernel if it dies while it holds a lease", exc)
+        return self._death
+
+    @contextmanager
+    def contain(self, group: int) -> Iterator[None]:
+        """While the block runs, this process's death pipe kills process
+        group ``group`` too, from its start (a look would find it within a
+        tick): ``leasectl run`` starts its command in a session of its own."""
+        with self._lock:
+            pipes = self._death_pipes()
+            if pipes is not None:
+                pipes.add_owner(-group)
+        try:
+            yield
+        finally:
+            if pipes is not None:
+                pipes.drop_owner(-group)
+
     def disarm_for_exit(self) -> None:
-        """The ladder has frozen what the process started and a shell ends
-        it once we exit (SIGTERM, then ``grace``): our exit must not SIGKILL
-        our group first. No lock: a thread of the job may hold it, stuck."""
+        """See ``DeathPipes.disarm_for_exit``. No lock: a thread of the
+        job may hold it, stuck."""
         if self._death is not None:
-            self._death.arm(False)
+            self._death.disarm_for_exit()
 
     def held(self) -> list[tuple[Lease, LeaseStore]]:
         """Every lease being renewed, with its store (for fail-stop's release)."""

@@ -19,10 +19,11 @@ delays for as long as it runs. These act in the kernel instead:
   keeper is doing, frozen included). ``set_death_pipe(fd, armed)`` turns one
   on and off (clearing ``O_ASYNC``, never closing: a close would count as
   the writer's death). ``another_reader`` gives a pipe a second read end
-  with an owner of its own (a process group below the job, see ``client``):
-  the kernel signals every armed reader's owner. Where no keeper runs, the
-  job's own death pipe has every end in the job (``OwnDeathPipe``): its
-  death, closed descriptors or ``exec`` still kill its group.
+  with an owner of its own (a process group below the job, see
+  ``containment``): the kernel signals every armed reader's owner. Where no
+  keeper runs, the job's own death pipe has every end in the job
+  (``containment.DeathPipes.own``): its death, closed descriptors or
+  ``exec`` still kill its group.
 - ``stat`` (the one reader of ``/proc/PID/stat`` here) and ``below``: a
   process's state, parent and start time (a pid with its start time is
   safe from reuse), and the processes below some, read from the kernel's
@@ -242,7 +243,7 @@ class Ends:
         """Give end ``name`` a number above ``fd`` (a dup; the old number
         closed: the open file description, and a pipe's count of writers,
         are unchanged). A dying process's files are released highest number
-        first (this kernel; see ``OwnDeathPipe``): a death pipe's read end
+        first (this kernel; see ``containment``): a death pipe's read end
         numbered above the pipe's write end would be released, and its
         owner forgotten, before the writer's release signals the readers."""
         old = self.get(name)
@@ -264,41 +265,3 @@ class Ends:
 
     def close_all(self) -> None:
         self.close(*self._fds)
-
-
-class OwnDeathPipe:
-    """A death pipe whose every end this process holds, for a job whose
-    leases no keeper keeps (``memory://``, a client object the user built,
-    ``LEASE_KEEPER=off``): armed, the kernel kills this process's group (or
-    this process, if it leads none: see ``prepare_death_pipe``) when the
-    process dies, closes its descriptors or runs ``exec``, with no other
-    process to help.
-
-    A dying process's files are released one by one after its descriptors
-    are closed, in an order that is the kernel's: last closed first on this
-    kernel (6.x; the writer released before a read end of a higher number,
-    so one of a lower number must still be open), first closed first on
-    older ones (the opposite). So the write end lies between two read ends
-    by number, each an open file description of its own, armed alike: in
-    either order one armed reader is open when the writer goes, and the
-    kernel signals its owner. A forked child must ``close`` its copies
-    (never ``arm``: the flag lives on the description, shared with us)."""
-
-    def __init__(self) -> None:
-        low, write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)  # the read end gets the lower number
-        other = another_reader(low)
-        try:
-            high = fcntl.fcntl(other, fcntl.F_DUPFD_CLOEXEC, write + 1)
-        finally:
-            os.close(other)
-        self._ends = Ends(low=low, write=write, high=high)
-        self._flags = {"low": prepare_death_pipe(low), "high": prepare_death_pipe(high)}
-
-    def arm(self, armed: bool) -> None:
-        for name, flags in self._flags.items():
-            fd = self._ends.get(name)
-            if fd >= 0:
-                set_death_pipe(fd, armed, flags)
-
-    def close(self) -> None:
-        self._ends.close_all()

@@ -200,7 +200,7 @@ def test_the_job_spends_a_bounded_number_of_descriptors_on_its_children(
     import subprocess
     import sys
 
-    from lease_integrations.keeper.client import MAX_OWNERS
+    from lease_integrations.keeper.containment import MAX_OWNERS
     from tests.keeper.keeper_runs import ROOT
 
     job = subprocess.Popen([sys.executable, "-c", MANY, url, key, str(MAX_OWNERS + 8)],

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.cli_helpers import poll
-from tests.keeper.keeper_observe import Process, gone_and_late, stamps
+from tests.keeper.keeper_observe import Process, armed_readers, gone_and_late, stamps
 from tests.keeper.keeper_runs import Contender, Run, figures
 
 TTL = 5.0
@@ -44,9 +44,9 @@ def in_process(monkeypatch: pytest.MonkeyPatch) -> None:
 def start_contained(tmp_path: Path, in_process: None) -> Iterator[Callable[..., Run]]:
     runs: list[Run] = []
 
-    def start(url: str, key: str, stamps: Path, fault: str) -> Run:
+    def start(url: str, key: str, stamps: Path, fault: str, *more: str) -> Run:
         run = Run(tmp_path / f"contained-{len(runs)}.out", url, key, str(stamps), "--ttl",
-                  str(TTL), "--fault", fault, module="tests.keeper.contained_job",
+                  str(TTL), "--fault", fault, *more, module="tests.keeper.contained_job",
                   own_group=True)
         runs.append(run)
         run.wait_for("held")
@@ -92,3 +92,39 @@ def _cmdline(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+@pytest.mark.parametrize("fault", ["job-sigkill", "job-sigkill-hog", "closerange", "execv"])
+def test_a_child_in_a_session_of_its_own_ends_with_the_job_without_a_keeper(
+        url: str, key: str, fault: str, tmp_path: Path, start_contained: Callable[..., Run],
+        start_contender: Callable[..., Contender]) -> None:
+    """The job's ``subprocess`` child runs in a session of its own (as
+    Airflow's ``SubprocessHook`` starts a command), with a child of its own
+    there: a signal to the job's group misses both. With no keeper, the job
+    looks below itself while its fail-stop block runs and gives its death
+    pipe a read end owned by that group: the kernel ends it with the job.
+    "hog": the job holds its low free descriptors, so that read end gets a
+    number above the pipe's write end (released first by the kernel)."""
+    contender = start_contender(url, key, TTL)
+    path = tmp_path / "stamps"
+    in_job = not fault.startswith("job-sigkill")
+    hog = ("--hog-descriptors", "40") if fault.endswith("-hog") else ()
+    job = start_contained(url, key, path, fault if in_job else "none", "--session", *hog)
+    poll(lambda: {"sub", "subsub", "mp"} <= set(stamps(path)), 30, "the children's stamps", 0.01)
+    processes: set[Process] = job.tree()
+    assert len(processes) >= 4, processes
+    # Two armed read ends for the job's own group, one more for the child's.
+    poll(lambda: armed_readers(job.pid) >= 3 or None, 10, "the child's group contained", 0.01)
+    contender.start_now()
+    faulted = time.monotonic()
+    if in_job:
+        job.go()
+    else:
+        os.kill(job.pid, signal.SIGKILL)
+    got_at = float(contender.wait_for("granted", 4 * TTL)[2])
+    gone, seen, late = gone_and_late(processes, path, got_at)
+    figures(test="contained-session-in-process", fault=fault, store=url.split(":")[0],
+            fault_to_grant_s=got_at - faulted,
+            last_stamp_before_grant_s=got_at - max(seen.values()))
+    assert not late, f"stamped after the contender's grant (seconds after it): {late}"
+    assert gone, "a process of the job outlived the contender's grant"
