@@ -142,6 +142,31 @@ class Airflow3Cluster:
     def started_pids(self) -> set[int]:
         return {proc.pid for proc in self.procs.values()}
 
+    def kill_below(self, *pids: int) -> None:
+        """SIGKILL processes a component started (the executor's workers,
+        their tasks): each pinned by a pidfd and checked to descend from a
+        component before any is signalled (a task is orphaned once its worker
+        dies), so a pid that came round to another process is never hit."""
+        pinned = [(pid, os.pidfd_open(pid)) for pid in pids]
+        try:
+            for pid, _ in pinned:
+                if not self._below_a_component(pid):
+                    raise AssertionError(f"pid {pid} is not below a component this test started")
+            for _, pidfd in pinned:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        finally:
+            for _, pidfd in pinned:
+                os.close(pidfd)
+
+    def _below_a_component(self, pid: int) -> bool:
+        roots = self.started_pids()
+        while pid > 1:
+            with open(f"/proc/{pid}/stat") as stat:  # ppid: the 2nd field after the name's ")"
+                pid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            if pid in roots:
+                return True
+        return False
+
     def _healthy(self) -> bool:
         for name, proc in self.procs.items():
             if proc.poll() is not None:

@@ -20,8 +20,6 @@ api-server, started once for the module in a temp AIRFLOW_HOME on 127.0.0.1.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -232,8 +230,7 @@ def test_sigkilled_worker_lease_expires_and_dead_teardown_leaves_it(
     # (supervisor and task). A new triggerer comes up at once; it cannot adopt
     # the dead one's trigger before its health threshold (30 s) > ttl.
     cluster.kill_component("triggerer")
-    os.kill(worker_pid, signal.SIGKILL)
-    os.kill(task_pid, signal.SIGKILL)
+    cluster.kill_below(worker_pid, task_pid)
     cluster.start_component("triggerer")
 
     run_b = cluster.trigger("rl_crash", {"tag": "crash-b", "gate": {"build": "go-b"}})
