@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.keeper.keeper_runs import Contender, Run
+from tests.keeper.keeper_runs import CONTAINED_TTL, Contender, Run
 
 
 @pytest.fixture
@@ -23,6 +23,26 @@ def start_job(tmp_path: Path) -> Iterator[Callable[..., Run]]:
         runs.append(run)
         run.wait_for("held")
         run.tree()
+        return run
+
+    yield start
+    for run in runs:
+        run.end()
+
+
+@pytest.fixture
+def start_contained(tmp_path: Path) -> Iterator[Callable[..., Run]]:
+    """``start_contained(url, key, stamps, fault, *options)``: a job leading
+    a process group of its own, holding its lease with children stamping
+    ``stamps``; ended at teardown, with everything it started."""
+    runs: list[Run] = []
+
+    def start(url: str, key: str, stamps: Path, fault: str, *more: str) -> Run:
+        run = Run(tmp_path / f"contained-{len(runs)}.out", url, key, str(stamps), "--ttl",
+                  str(CONTAINED_TTL), "--fault", fault, *more,
+                  module="tests.keeper.contained_job", own_group=True)
+        runs.append(run)
+        run.wait_for("held")
         return run
 
     yield start

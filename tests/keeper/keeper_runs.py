@@ -25,6 +25,8 @@ from tests.keeper.keeper_observe import (
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 60.0  # bound on a process start on a loaded machine (never reached when well)
+#: The ttl of ``start_contained``'s jobs (``contained_job.py``, conftest).
+CONTAINED_TTL = 5.0
 
 
 def figures(**measured: object) -> None:

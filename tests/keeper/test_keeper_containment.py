@@ -17,16 +17,16 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.cli.cli_helpers import poll
 from tests.keeper.keeper_observe import Process, alive, armed_readers, gone_and_late, stamps
-from tests.keeper.keeper_runs import Contender, Run, figures, wait_until_kept
+from tests.keeper.keeper_runs import CONTAINED_TTL, Contender, Run, figures, wait_until_kept
 
-TTL = 5.0
+TTL = CONTAINED_TTL
 #: After a thaw, the job's tree may write for at most this long.
 AFTER_THAW = 1.0
 FAULTS = ["job-sigkill", "keeper-sigkill", "keeper-sigstop", "suspend", "closerange", "execv"]
@@ -37,23 +37,6 @@ def url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> str:
     from tests.conftest import store_url_for
 
     return store_url_for(request, request.param, tmp_path)
-
-
-@pytest.fixture
-def start_contained(tmp_path: Path) -> Iterator[Callable[..., Run]]:
-    runs: list[Run] = []
-
-    def start(url: str, key: str, stamps: Path, fault: str, *more: str) -> Run:
-        run = Run(tmp_path / f"contained-{len(runs)}.out", url, key, str(stamps), "--ttl",
-                  str(TTL), "--fault", fault, *more, module="tests.keeper.contained_job",
-                  own_group=True)
-        runs.append(run)
-        run.wait_for("held")
-        return run
-
-    yield start
-    for run in runs:
-        run.end()
 
 
 @pytest.mark.parametrize("fault", FAULTS)

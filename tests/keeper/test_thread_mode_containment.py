@@ -15,16 +15,16 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.cli.cli_helpers import poll
-from tests.keeper.keeper_observe import Process, armed_readers, gone_and_late, stamps
-from tests.keeper.keeper_runs import Contender, Run, figures
+from tests.keeper.keeper_observe import Process, armed_readers, cmdline, gone_and_late, stamps
+from tests.keeper.keeper_runs import CONTAINED_TTL, Contender, Run, figures
 
-TTL = 5.0
+TTL = CONTAINED_TTL
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -34,27 +34,10 @@ def url(request: pytest.FixtureRequest, tmp_path: os.PathLike[str]) -> str:
     return store_url_for(request, request.param, tmp_path)
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """Jobs and contenders started from here keep their leases in process."""
     monkeypatch.setenv("LEASE_KEEPER", "off")
-
-
-@pytest.fixture
-def start_contained(tmp_path: Path, in_process: None) -> Iterator[Callable[..., Run]]:
-    runs: list[Run] = []
-
-    def start(url: str, key: str, stamps: Path, fault: str, *more: str) -> Run:
-        run = Run(tmp_path / f"contained-{len(runs)}.out", url, key, str(stamps), "--ttl",
-                  str(TTL), "--fault", fault, *more, module="tests.keeper.contained_job",
-                  own_group=True)
-        runs.append(run)
-        run.wait_for("held")
-        return run
-
-    yield start
-    for run in runs:
-        run.end()
 
 
 @pytest.mark.parametrize("fault", ["job-sigkill", "closerange", "execv"])
@@ -68,8 +51,16 @@ def test_the_jobs_group_ends_with_it_without_a_keeper(
     poll(lambda: {"sub", "mp"} <= set(stamps(path)), 30, "both children's stamps", 0.01)
     processes: set[Process] = job.tree()
     assert len(processes) >= 3, processes
-    assert not [p for p in processes if "lease_integrations.keeper" in _cmdline(p[0])], \
+    assert not [p for p in processes if "lease_integrations.keeper" in cmdline(p[0])], \
         "the job has a keeper: this test is about the job alone"
+    _fault_then_judge(job, in_job, contender, processes, path,
+                      test="contained-in-process", fault=fault, store=url.split(":")[0])
+
+
+def _fault_then_judge(job: Run, in_job: bool, contender: Contender, processes: set[Process],
+                      path: Path, **figure: str) -> None:
+    """Let the contender wait, fault the job (its own fault, or a SIGKILL
+    from here), and judge the stamps against the contender's grant."""
     contender.start_now()
     faulted = time.monotonic()
     if in_job:
@@ -78,20 +69,11 @@ def test_the_jobs_group_ends_with_it_without_a_keeper(
         os.kill(job.pid, signal.SIGKILL)
     got_at = float(contender.wait_for("granted", 4 * TTL)[2])
     gone, seen, late = gone_and_late(processes, path, got_at)
-    figures(test="contained-in-process", fault=fault, store=url.split(":")[0],
-            fault_to_grant_s=got_at - faulted,
+    figures(**figure, fault_to_grant_s=got_at - faulted,
             last_stamp_before_grant_s=got_at - max(seen.values()),
             stampers=",".join(sorted(seen)))
     assert not late, f"stamped after the contender's grant (seconds after it): {late}"
     assert gone, "a process of the job outlived the contender's grant"
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 @pytest.mark.parametrize("fault", ["job-sigkill", "job-sigkill-hog", "closerange", "execv"])
@@ -115,16 +97,5 @@ def test_a_child_in_a_session_of_its_own_ends_with_the_job_without_a_keeper(
     assert len(processes) >= 4, processes
     # Two armed read ends for the job's own group, one more for the child's.
     poll(lambda: armed_readers(job.pid) >= 3 or None, 10, "the child's group contained", 0.01)
-    contender.start_now()
-    faulted = time.monotonic()
-    if in_job:
-        job.go()
-    else:
-        os.kill(job.pid, signal.SIGKILL)
-    got_at = float(contender.wait_for("granted", 4 * TTL)[2])
-    gone, seen, late = gone_and_late(processes, path, got_at)
-    figures(test="contained-session-in-process", fault=fault, store=url.split(":")[0],
-            fault_to_grant_s=got_at - faulted,
-            last_stamp_before_grant_s=got_at - max(seen.values()))
-    assert not late, f"stamped after the contender's grant (seconds after it): {late}"
-    assert gone, "a process of the job outlived the contender's grant"
+    _fault_then_judge(job, in_job, contender, processes, path,
+                      test="contained-session-in-process", fault=fault, store=url.split(":")[0])
