@@ -107,20 +107,36 @@ def freeze(root: int | None = None, *, below: int | None = None,
     return frozen
 
 
-def end_frozen(pids: set[int], grace: float, *,
-               after_we_exit: bool = False) -> subprocess.Popen[bytes] | None:
+def end_frozen(pids: set[int], grace: float, *, after_we_exit: bool = False,
+               born_in: tuple[int, int] | None = None) -> subprocess.Popen[bytes] | None:
     """From a small shell of its own: SIGTERM and SIGCONT to ``pids`` (frozen),
     then SIGKILL once none is left or ``grace`` seconds have passed. With
     ``after_we_exit`` the shell first waits for this process to end (its
     stdin, a pipe only we hold, closes then), so no thread of ours can wake;
-    else it starts at once, and ``.wait()`` on the shell waits for the end."""
-    if not pids:
+    else it starts at once, and ``.wait()`` on the shell waits for the end.
+
+    ``born_in`` (group, ticks): once the job has ended, every process of
+    its group started since ``ticks`` (``kernel.ticks_now`` at the freeze)
+    is frozen and ended too: the job's threads run on through its ladder,
+    and a child one starts after the freeze is out of the frozen set (and,
+    once the job is gone, out of any walk). Only those: a process of that
+    group the job did not start (a shell's ``job | logger``) started before
+    the job's ladder, and is not the job's to end."""
+    if not pids and born_in is None:
         return None
-    listed = " ".join(map(str, sorted(pids)))
     ticks = max(1, int(grace * 100))
-    script = (f"read -r _; kill -TERM {listed}; kill -CONT {listed}; i=0; "
-              f"while [ $i -lt {ticks} ]; do a=; for p in {listed}; do kill -0 $p && a=1; done; "
-              f"[ -z \"$a\" ] && break; sleep 0.01; i=$((i+1)); done; kill -KILL {listed}")
+    late = ""
+    if born_in is not None:  # /proc/PID/stat after the name: $3 the group, ${20} the start
+        late = (f"n=0; while [ $n -lt 50 ]; do new=; for f in /proc/[0-9]*/stat; do "
+                f"read -r l < \"$f\" 2>/dev/null || continue; set -- ${{l##*) }}; "
+                f"[ \"$3\" = {born_in[0]} ] && [ \"${{20}}\" -ge {born_in[1]} ] || continue; "
+                f"p=${{f%/stat}}; p=${{p#/proc/}}; case \" $listed \" in *\" $p \"*) ;; "
+                f"*) new=\"$new $p\";; esac; done; [ -z \"$new\" ] && break; "
+                f"kill -STOP $new; listed=\"$listed $new\"; n=$((n+1)); done; ")
+    script = (f"read -r _; listed='{' '.join(map(str, sorted(pids)))}'; {late}"
+              f"kill -TERM $listed; kill -CONT $listed; i=0; "
+              f"while [ $i -lt {ticks} ]; do a=; for p in $listed; do kill -0 $p && a=1; done; "
+              f"[ -z \"$a\" ] && break; sleep 0.01; i=$((i+1)); done; kill -KILL $listed")
     shell = subprocess.Popen(["/bin/sh", "-c", script], start_new_session=True,
                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)

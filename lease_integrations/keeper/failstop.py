@@ -14,7 +14,9 @@ thread that found the loss.
 4. every descendant process frozen (SIGSTOP): by the keeper, if one lives
    (it ends them, SIGTERM then ``grace`` then SIGKILL, once this process is
    gone), else here, handed to a small shell that does the same once this
-   process has ended;
+   process has ended, with every process of our group started since the
+   freeze (our threads run on until the exit: a child one starts later is
+   init's by then);
 5. the process's other leases released, only now that no process it
    started runs (the keeper releases those it keeps once the job is gone);
 6. ``os._exit(LEASE_LOST_EXIT_STATUS)``, at once: a child that died while we
@@ -49,6 +51,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ..core import timing
 from ..core.clock import now
 from ..core.errors import LEASE_LOST_EXIT_STATUS
+from . import kernel
 from .bounded import bounded
 from .descendants import descendants, end_frozen, freeze
 from .heartbeat import get_heartbeat
@@ -122,6 +125,7 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
                 keeper.disarm_for_exit()  # it ends them: SIGTERM first, not our group's SIGKILL
             frozen: set[int] = set()
         else:
+            frozen_at = kernel.ticks_now()
             try:
                 frozen = freeze(known=started_with)  # no descendant works from here on
             except Exception:  # never skip the kill: fall back to what was seen at the start
@@ -130,7 +134,9 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
         bounded(lambda: _release_others(lease, kept=keeper is None), stop_at,
                 "releasing the other leases")
         bounded(flush, now() + lease.grace, "flushing the logs")
-        end_frozen(frozen, lease.grace, after_we_exit=True)
+        group = kernel.own_group() if keeper is None else None  # (a keeper ends its own)
+        end_frozen(frozen, lease.grace, after_we_exit=True,
+                   born_in=None if group is None else (group, frozen_at))
         # The shell ends them, SIGTERM first: our exit must not SIGKILL our
         # group through our own death pipe (where no keeper keeps a lease).
         get_heartbeat().disarm_for_exit()

@@ -58,7 +58,7 @@ from .bounded import bounded
 from .descendants import SNAPSHOT_EVERY, descendants, end_frozen, freeze
 from .failstop import flush, release_all
 from .heartbeat import Heartbeat
-from .kernel import KillTimer, Process, alive, identify, is_gone, is_stopped, process_state
+from .kernel import KillTimer, Process, alive, identify, is_gone, is_stopped, process_state, ticks_now
 
 log = logging.getLogger("lease_integrations.keeper")
 
@@ -411,6 +411,7 @@ class Keeper:
     def _finish_after_ladder(self, grace: float) -> None:
         """The job ran its ladder and exits itself: freeze what it started,
         say so, and end those processes once the job is gone."""
+        frozen_at = ticks_now()
         frozen = self._freeze(include_job=False)
         self.outbox.send({"op": "frozen"})
         until = (self._stop_at or now() + 1.0) + grace
@@ -420,7 +421,10 @@ class Keeper:
             frozen |= self._freeze(include_job=True)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.job, signal.SIGKILL)
-        self._end(frozen - {self.job}, grace)
+        # The job's threads ran on until it exited: children they started
+        # since the freeze are in its group, init's by now.
+        self._end(frozen - {self.job}, grace,
+                  born_in=None if self.group is None else (self.group, frozen_at))
 
     def _freeze(self, *, include_job: bool) -> set[int]:
         """SIGSTOP the job (if asked), every process below it, and those seen
@@ -430,8 +434,9 @@ class Keeper:
             return freeze(self.job, known=known, spare={self.me})
         return freeze(below=self.job, known=known, spare={self.me})
 
-    def _end(self, pids: set[int], grace: float) -> None:
-        shell = end_frozen(pids, grace)
+    def _end(self, pids: set[int], grace: float,
+             born_in: tuple[int, int] | None = None) -> None:
+        shell = end_frozen(pids, grace, born_in=born_in)
         if shell is not None:
             shell.wait()
 

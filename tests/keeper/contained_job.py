@@ -1,7 +1,7 @@
 """The job of the containment tests (issue 39), a real process.
 
     python -m tests.keeper.contained_job URL KEY STAMPS --ttl S [--fault closerange|execv]
-        [--session] [--hog-descriptors N]
+        [--session] [--hog-descriptors N] [--fork-forever]
 
 Run in a process group of its own (as Airflow's and Prefect's task runners
 start a task). It holds ``KEY`` with ``hold()`` (``on_lost="exit"``) and,
@@ -12,6 +12,9 @@ waits for a line on stdin, then (``--fault``) closes every descriptor from 3
 up or replaces itself with ``execv`` by a program that stamps as ``exec``,
 and stamps as ``job`` itself until it is stopped. Each stamp opens, writes
 and closes the file: closing the descriptors does not stop the writing.
+``--fork-forever``: from the line on stdin, a thread of the job forks a
+child every 50 ms (at most 100) that stamps as ``late-PID``, until the job
+ends: children born during the ladder, after any freeze.
 ``time.monotonic()`` is one clock for the host: the test compares the stamps
 with the contender's grant."""
 
@@ -22,6 +25,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 import time
 
 from lease_integrations import LeaseLock, connect
@@ -42,6 +46,16 @@ def stamp_forever(path: str, who: str) -> None:
         time.sleep(0.02)
 
 
+def fork_forever(path: str) -> None:
+    for _ in range(100):
+        if os.fork() == 0:
+            try:
+                stamp_forever(path, f"late-{os.getpid()}")
+            finally:
+                os._exit(0)
+        time.sleep(0.05)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("url")
@@ -55,6 +69,8 @@ def main() -> None:
     p.add_argument("--hog-descriptors", type=int, default=0,
                    help="open this many descriptors inside the block first, so that what "
                         "the library opens later gets numbers above its own pipes' ends")
+    p.add_argument("--fork-forever", action="store_true",
+                   help="a thread forks a stamping child every 50 ms until the job ends")
     args = p.parse_args()
     lock = LeaseLock(connect(args.url), args.key, ttl=args.ttl)
     with lock.hold() as lease:
@@ -70,6 +86,8 @@ def main() -> None:
         multiprocessing.Process(target=stamp_forever, args=(args.stamps, "mp"), daemon=True).start()
         print("held", time.monotonic(), lease.token, os.getpid(), flush=True)
         sys.stdin.readline()
+        if args.fork_forever:
+            threading.Thread(target=fork_forever, args=(args.stamps,), daemon=True).start()
         if args.fault == "closerange":
             os.closerange(3, 1 << 16)
         elif args.fault == "execv":
