@@ -220,10 +220,12 @@ def wait_stopped(process: Process, timeout: float = 5.0) -> tuple[float, float]:
 
 
 def lines(path: Path) -> dict[str, list[str]]:
-    """A job's or contender's output: first word -> the rest of its last such line."""
+    """A job's or contender's output: first word -> the rest of its last such
+    line. Complete lines only: one being written may be read half-written."""
     found: dict[str, list[str]] = {}
     if path.exists():
-        for line in path.read_text(errors="replace").splitlines():
+        text = path.read_text(errors="replace")
+        for line in text[:text.rfind("\n") + 1].splitlines():
             if line.strip():
                 word, *rest = line.split()
                 found[word] = rest
