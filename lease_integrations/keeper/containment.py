@@ -92,6 +92,7 @@ class DeathPipes:
         """The ladder has frozen what the job started, and ends it once the
         job exits (SIGTERM, then ``grace``): the job's exit must not SIGKILL
         its group first. No lock: a thread of the job may hold it, stuck."""
+        self.looking = False
         self._set(False)
 
     def _set(self, armed: bool) -> None:
@@ -133,6 +134,8 @@ class DeathPipes:
                 continue
             if self._armed:
                 kernel.set_death_pipe(reader, True, self._flags[name])
+                if not self._armed:  # disarmed for exit meanwhile, without the lock
+                    kernel.set_death_pipe(reader, False, self._flags[name])
 
     def _drop(self, owner: int) -> None:
         self._owners.discard(owner)
