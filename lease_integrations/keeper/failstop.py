@@ -118,6 +118,7 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
         started_with = descendants()  # a stop hook may orphan some (BashOperator's on_kill)
         _steps_before_the_kill(lease, callbacks, started,
                                timing.ladder_ends(w, lease.margin, lease.grace))
+        frozen_at = kernel.ticks_now()  # what our threads start from here is in no frozen set
         if keeper is not None:
             # Asked later than stop_at, the keeper has begun its hard stop,
             # and the job ends by SIGKILL, not 75: nothing here delays that.
@@ -125,7 +126,6 @@ def stop_process(lease: Lease, callbacks: list[LostCallback], started: object = 
                 keeper.disarm_for_exit()  # it ends them: SIGTERM first, not our group's SIGKILL
             frozen: set[int] = set()
         else:
-            frozen_at = kernel.ticks_now()
             try:
                 frozen = freeze(known=started_with)  # no descendant works from here on
             except Exception:  # never skip the kill: fall back to what was seen at the start
