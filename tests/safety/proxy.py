@@ -84,7 +84,7 @@ class FaultProxy:
                     if self.delay:
                         time.sleep(self.delay)
                     peers[src].sendall(data)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: cut() closed a socket (fileno -1)
             return
         finally:
             for s in (client, upstream):
