@@ -46,7 +46,7 @@ def _holder(records: Path, airflow_home: Path, tmp_path: Path,
     def working() -> dict | None:
         assert old.process.poll() is None, old.output()[-3000:]
         body = events(records, "body", dag_id="sup_op")
-        return body[0] if body and (records / "rows.db").exists() and rows(records) else None
+        return body[0] if body and rows(records) else None
 
     return old, wait_until(working, "the holder to write", WAIT)
 
