@@ -40,6 +40,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from ..core.clock import now
+from ..core.errors import ConfigurationError
 from ..core.lease import Lease
 from ..core.sources import source_of
 from ..core.store import LeaseStore
@@ -83,9 +84,28 @@ def keeps(store: LeaseStore) -> bool:
     return why is None
 
 
+#: ``LEASE_KEEPER`` values, each to the mode it selects: a keeper forked
+#: from the server (the default), one spawned per job, or none (renewals on
+#: a thread of the job, the ladder in it).
+MODES = {**dict.fromkeys(("", "on", "1", "yes", "true", "fork"), "fork"), "spawn": "spawn",
+         **dict.fromkeys(("off", "0", "no", "false", "thread"), "thread")}
+
+
+def keeper_mode() -> str:
+    """``fork``, ``spawn`` or ``thread``, as ``LEASE_KEEPER`` says. A value
+    it does not know is an error, raised when a lock is made: a typo must
+    not leave a job in the one mode its operator meant to leave."""
+    value = os.environ.get(ENV_SWITCH, "")
+    mode = MODES.get(value.strip().lower())
+    if mode is None:
+        raise ConfigurationError(f"${ENV_SWITCH}={value!r} is not a keeper mode: use one of "
+                         "fork (the default), spawn, thread (or off)")
+    return mode
+
+
 def _why_in_process(store: LeaseStore) -> str | None:
-    if os.environ.get(ENV_SWITCH, "").strip().lower() in ("0", "off", "no", "false"):
-        return f"${ENV_SWITCH} is off"
+    if keeper_mode() == "thread":
+        return f"${ENV_SWITCH} is {os.environ[ENV_SWITCH].strip()!r}"
     if source_of(store) is None:
         return "it cannot be opened in a second process (memory://, or built from a client object)"
     if not kernel.available():
@@ -298,7 +318,7 @@ class Keeper:
         pipes of its own: a server that froze holding one set must not keep
         the other keeper's death pipe open."""
         proc: subprocess.Popen[bytes] | forkserver.ForkedKeeper | None = None
-        if os.environ.get(ENV_SWITCH, "").strip().lower() != "spawn":
+        if MODES.get(os.environ.get(ENV_SWITCH, "").strip().lower()) != "spawn":
             ours, theirs = _pipes()
             try:
                 proc = _forked(theirs, scheme)
@@ -558,4 +578,4 @@ def after_fork() -> None:
         _keeper._close_fds()  # the child keeps none of its parent's leases
     _keeper, _keeper_lock = None, threading.Lock()
 
-__all__ = ["ENV_SWITCH", "Keeper", "Renewer", "contain", "get_keeper", "keeps"]
+__all__ = ["ENV_SWITCH", "MODES", "Keeper", "Renewer", "contain", "get_keeper", "keeper_mode", "keeps"]
