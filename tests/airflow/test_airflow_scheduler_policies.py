@@ -125,15 +125,20 @@ def test_skip_wait_and_deferrable_wait_on_the_real_scheduler(
         assert not [line for line in scheduler_log.splitlines()
                     if RACE in line and f"{dag_id}." in line]
         run_ids = [e["run_id"] for e in starts]
+        assert len(set(run_ids)) == len(run_ids), run_ids  # no run ran its callable twice
+        # A day that ends while the test runs brings one more scheduled run
+        # after the runs were read (a CI run crossed midnight UTC): the lease
+        # checks above judge it with the rest; the counts below, only the runs read.
+        judged = [r for r in run_ids if r in states[dag_id]]
         if dag_id == "lt_pol_skip":
             skipped = [r for r, (_, _, task) in states[dag_id].items() if task == "skipped"]
-            assert skipped and len(set(run_ids)) == len(run_ids) == len(states[dag_id]) - len(skipped)
+            assert skipped and len(judged) == len(states[dag_id]) - len(skipped), run_ids
             holders = {e["holder"] for e in starts}
             named = [line for line in logs[dag_id].splitlines() if "skipping: lease" in line]
             assert named and all(any(h in line for h in holders) for line in named)
         else:
             # Every run ran its callable exactly once, and each task succeeded.
-            assert sorted(run_ids) == sorted(states[dag_id])
+            assert sorted(judged) == sorted(states[dag_id]), run_ids
             assert {task for _, _, task in states[dag_id].values()} == {"success"}
     assert "waiting up to" in logs["lt_pol_wait"]
     assert "deferring until it is free" in logs["lt_pol_defer"]
