@@ -87,8 +87,11 @@ def keeps(store: LeaseStore) -> bool:
 #: ``LEASE_KEEPER`` values, each to the mode it selects: a keeper forked
 #: from the server (the default), one spawned per job, or none (renewals on
 #: a thread of the job, the ladder in it).
-MODES = {**dict.fromkeys(("", "on", "1", "yes", "true", "fork"), "fork"), "spawn": "spawn",
-         **dict.fromkeys(("off", "0", "no", "false", "thread"), "thread")}
+MODES = {**dict.fromkeys(("", "on", "1", "yes", "true", "enabled", "keeper", "fork", "forked"),
+                         "fork"),
+         **dict.fromkeys(("spawn", "spawned"), "spawn"),
+         **dict.fromkeys(("off", "0", "no", "false", "none", "disabled", "thread", "threads",
+                          "in-process", "inprocess"), "thread")}
 
 
 def keeper_mode() -> str:

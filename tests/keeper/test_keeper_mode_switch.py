@@ -37,7 +37,7 @@ def _job(url: str, key: str, mode: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=START_TIMEOUT)
 
 
-@pytest.mark.parametrize("mode", ["thread", " Thread ", "off"])
+@pytest.mark.parametrize("mode", ["thread", " Thread ", "off", "in-process"])
 def test_thread_mode_keeps_the_lease_on_a_thread_of_the_job(
         tmp_path: Path, key: str, mode: str) -> None:
     done = _job(f"sqlite://{tmp_path}/leases.db", key, mode)
@@ -45,7 +45,7 @@ def test_thread_mode_keeps_the_lease_on_a_thread_of_the_job(
     assert done.stdout.split("\n")[0] == "heartbeat ", done.stdout
 
 
-@pytest.mark.parametrize("mode", ["threads", "of", "keeper"])
+@pytest.mark.parametrize("mode", ["therad", "of", "kepeer"])
 def test_an_unknown_mode_is_an_error_before_any_lease_is_taken(
         tmp_path: Path, key: str, mode: str) -> None:
     url = f"sqlite://{tmp_path}/leases.db"
