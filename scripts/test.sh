@@ -42,27 +42,21 @@ phase() {  # name, command...  (queued; run below)
   cmds+=("$(printf '%q ' "$@")")
 }
 
-# Longest first, so the two slots stay busy to the end, and each Airflow
-# suite beside a phase that mostly waits. An Airflow suite is CPU-bound (its
-# scheduler, triggerer, api-server and task processes each start an
-# interpreter); the core phase spends most of its time waiting out ttls and
-# server restarts (alone: about 16% of 2 cores). The two Airflow suites side by
-# side (with the fault phase, 3 at a time) kept both cores 100% busy and took
-# 1,570 s and over 1,600 s instead of about 820 and 940.
-SLOW_CORE=(tests/faults tests/race tests/safety tests/stateful)  # this order: safety imports its conftest by name
+# Longest first, so the two slots stay busy to the end.
 phase "airflow" .venv-airflow/bin/pytest "${PY[@]}" --durations=10 tests/airflow "$@"
-# The core env's tests in two phases of similar length: the slow fault, race
-# and stateful tests (real server restarts, many processes) beside the rest.
-phase "core, stores and console" .venv/bin/pytest "${PY[@]}" --durations=10 tests \
-  --ignore=tests/airflow --ignore=tests/airflow_ui --ignore=tests/airflow2_ui --ignore=tests/prefect --ignore=tests/smoke \
-  --ignore=tests/packaging "${SLOW_CORE[@]/#/--ignore=}" "$@"
 # Airflow 2.11 as installed (its line in constraints/release-days.txt): the whole
 # Airflow suite, dag.test() and the real scheduler (scheduler, triggerer,
 # webserver; LocalTaskJob and the standard task runner), and the Leases page
 # as 2.11's Flask AppBuilder view behind its real webserver.
 phase "airflow 2.11 ($(minor_field airflow 2.11 3) as installed on $(minor_field airflow 2.11 5))" \
   "$(minor_env airflow 2.11)/bin/pytest" "${PY[@]}" --durations=10 tests/airflow tests/airflow2_ui "$@"
+# The core env's tests in two phases of similar length: the slow fault, race
+# and stateful tests (real server restarts, many processes) beside the rest.
+SLOW_CORE=(tests/faults tests/race tests/safety tests/stateful)  # this order: safety imports its conftest by name
 phase "faults, races and stateful" .venv/bin/pytest "${PY[@]}" --durations=10 "${SLOW_CORE[@]}" "$@"
+phase "core, stores and console" .venv/bin/pytest "${PY[@]}" --durations=10 tests \
+  --ignore=tests/airflow --ignore=tests/airflow_ui --ignore=tests/airflow2_ui --ignore=tests/prefect --ignore=tests/smoke \
+  --ignore=tests/packaging "${SLOW_CORE[@]/#/--ignore=}" "$@"
 phase "prefect" .venv-prefect/bin/pytest "${PY[@]}" --durations=10 tests/prefect "$@"
 phase "airflow ui" .venv-airflow/bin/pytest "${PY[@]}" --durations=5 tests/airflow_ui "$@"
 # The store tests on the oldest redis, psycopg and pymongo the extras admit.
