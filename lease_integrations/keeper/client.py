@@ -101,8 +101,8 @@ def keeper_mode() -> str:
     value = os.environ.get(ENV_SWITCH, "")
     mode = MODES.get(value.strip().lower())
     if mode is None:
-        raise ConfigurationError(f"${ENV_SWITCH}={value!r} is not a keeper mode: use one of "
-                         "fork (the default), spawn, thread (or off)")
+        raise ConfigurationError(f"${ENV_SWITCH}={value!r} is not a keeper mode: use one "
+                                 "of fork (the default), spawn, thread (or off)")
     return mode
 
 

@@ -2,8 +2,9 @@
 the docs call thread mode; ``off`` too) keeps them on a thread of the job,
 and a value it does not know is an error when the lock is made, naming the
 variable, before any lease is taken (a ``ConfigurationError``, a
-``ValueError``; ``leasectl`` says it in one line and exits 2). Before, ``thread`` and any typo left
-the job with a keeper, silently: the one mode its operator meant to leave."""
+``ValueError``; ``leasectl`` says it in one line and exits 2). Before,
+``thread`` and any typo left the job with a keeper, silently: the one mode
+its operator meant to leave."""
 
 from __future__ import annotations
 
