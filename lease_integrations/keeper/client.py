@@ -98,12 +98,15 @@ def keeper_mode() -> str:
     """``fork``, ``spawn`` or ``thread``, as ``LEASE_KEEPER`` says. A value
     it does not know is an error, raised when a lock is made: a typo must
     not leave a job in the one mode its operator meant to leave."""
-    value = os.environ.get(ENV_SWITCH, "")
-    mode = MODES.get(value.strip().lower())
+    mode = _named_mode()
     if mode is None:
-        raise ConfigurationError(f"${ENV_SWITCH}={value!r} is not a keeper mode: use one "
-                                 "of fork (the default), spawn, thread (or off)")
+        raise ConfigurationError(f"${ENV_SWITCH}={os.environ[ENV_SWITCH]!r} is not a keeper "
+                                 "mode: use one of fork (the default), spawn, thread (or off)")
     return mode
+
+
+def _named_mode() -> str | None:
+    return MODES.get(os.environ.get(ENV_SWITCH, "").strip().lower())
 
 
 def _why_in_process(store: LeaseStore) -> str | None:
@@ -321,7 +324,7 @@ class Keeper:
         pipes of its own: a server that froze holding one set must not keep
         the other keeper's death pipe open."""
         proc: subprocess.Popen[bytes] | forkserver.ForkedKeeper | None = None
-        if MODES.get(os.environ.get(ENV_SWITCH, "").strip().lower()) != "spawn":
+        if _named_mode() != "spawn":  # (checked when the lock was made)
             ours, theirs = _pipes()
             try:
                 proc = _forked(theirs, scheme)
