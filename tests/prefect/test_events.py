@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,30 @@ def lease_events(api: str, flow_run_id: Any, expected: list[str]) -> list[dict[s
         assert roles["flow-run"] == f"prefect.flow-run.{flow_run_id}", event["related"]
         assert roles.get("flow", "").startswith("prefect.flow."), event["related"]
     return found
+
+
+def release_once_a_run_waits(api: str, lock: LeaseLock, held: Any, since: str) -> None:
+    """Release ``held`` once the server has a ``busy`` event for its key sent
+    after ``since``: a run that found it held and waits. (A fixed delay raced a
+    run started late under load, which then found the lease free.) Released
+    anyway after the bound, so the run cannot hang; the test then fails on the
+    missing event."""
+    import httpx
+
+    body = {"filter": {"event": {"name": [BUSY]},
+                       "resource": {"id": [resource_id(held.key)]},
+                       "occurred": {"since": since}},
+            "limit": 1}
+
+    def waiting() -> bool:
+        response = httpx.post(f"{api}/events/filter", json=body, timeout=30)
+        response.raise_for_status()
+        return bool(response.json()["events"])
+
+    try:
+        wait_until(waiting, 60, "a run waiting for the held lease")
+    finally:
+        lock.release(held)
 
 
 def automation_events(api: str, automation_id: Any) -> list[dict[str, Any]]:
@@ -106,9 +131,13 @@ def test_a_waiting_run_emits_busy_then_acquired_and_released(
         prefect_api: str, coord: Path, lease_url: str) -> None:
     (coord / "release").write_text("")  # the body returns at once once it gets in
     lock = LeaseLock(connect(lease_url), "race-sync", ttl=30.0, on_lost="check")
+    since = datetime.now(timezone.utc).isoformat()
     held = lock.acquire()
-    threading.Timer(1.0, lock.release, args=(held,)).start()
+    releaser = threading.Thread(target=release_once_a_run_waits,
+                                args=(prefect_api, lock, held, since))
+    releaser.start()
     state = ff.race_sync_wait(return_state=True)
+    releaser.join()
     assert state.is_completed(), state
     busy, acquired, _ = lease_events(prefect_api, state.state_details.flow_run_id,
                                      [BUSY, ACQUIRED, RELEASED])
