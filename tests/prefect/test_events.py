@@ -21,28 +21,33 @@ from lease_integrations import LEASE_LOST_EXIT_STATUS, LeaseLock, connect
 from lease_integrations.prefect.events import ACQUIRED, BUSY, LOST, RELEASED, resource_id
 
 
+def filter_events(api: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The events the server's ``/events/filter`` answers ``body`` with."""
+    import httpx
+
+    response = httpx.post(f"{api}/events/filter", json=body, timeout=30)
+    response.raise_for_status()
+    events: list[dict[str, Any]] = response.json()["events"]
+    return events
+
+
 def lease_events(api: str, flow_run_id: Any, expected: list[str]) -> list[dict[str, Any]]:
     """The lease events related to the flow run, oldest first, once their
     names are ``expected`` (the server persists events in batches: bounded wait)."""
-    import httpx
-
     body = {"filter": {"event": {"prefix": ["lease-integrations.lease."]},
                        "related": {"id": [f"prefect.flow-run.{flow_run_id}"]},
                        "order": "ASC"},
             "limit": 50}
 
     def read() -> list[dict[str, Any]] | None:
-        response = httpx.post(f"{api}/events/filter", json=body, timeout=30)
-        response.raise_for_status()
-        events: list[dict[str, Any]] = response.json()["events"]
+        events = filter_events(api, body)
         return events if [e["event"] for e in events] == expected else None
 
     try:
         found: list[dict[str, Any]] = wait_until(read, 60, f"events {expected}")
     except AssertionError:
-        response = httpx.post(f"{api}/events/filter", json=body, timeout=30)
         raise AssertionError(f"expected {expected}, the server has "
-                             f"{[e['event'] for e in response.json()['events']]}") from None
+                             f"{[e['event'] for e in filter_events(api, body)]}") from None
     for event in found:
         assert event["resource"]["prefect.resource.id"] == resource_id(event["payload"]["key"])
         assert event["resource"]["prefect.resource.name"] == event["payload"]["key"]
@@ -58,35 +63,24 @@ def release_once_a_run_waits(api: str, lock: LeaseLock, held: Any, since: str) -
     run started late under load, which then found the lease free.) Released
     anyway after the bound, so the run cannot hang; the test then fails on the
     missing event."""
-    import httpx
-
     body = {"filter": {"event": {"name": [BUSY]},
                        "resource": {"id": [resource_id(held.key)]},
                        "occurred": {"since": since}},
             "limit": 1}
 
-    def waiting() -> bool:
-        response = httpx.post(f"{api}/events/filter", json=body, timeout=30)
-        response.raise_for_status()
-        return bool(response.json()["events"])
-
     try:
-        wait_until(waiting, 60, "a run waiting for the held lease")
+        wait_until(lambda: filter_events(api, body), 60, "a run waiting for the held lease")
     finally:
         lock.release(held)
 
 
 def automation_events(api: str, automation_id: Any) -> list[dict[str, Any]]:
     """The automation's own events, once it has fired."""
-    import httpx
-
     body = {"filter": {"resource": {"id": [f"prefect.automation.{automation_id}"]},
                        "order": "ASC"}, "limit": 50}
 
     def read() -> list[dict[str, Any]] | None:
-        response = httpx.post(f"{api}/events/filter", json=body, timeout=30)
-        response.raise_for_status()
-        events: list[dict[str, Any]] = response.json()["events"]
+        events = filter_events(api, body)
         fired = any(e["event"] == "prefect.automation.triggered" for e in events)
         return events if fired else None
 
