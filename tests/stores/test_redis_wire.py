@@ -150,3 +150,35 @@ def test_the_kept_connection_serves_other_commands_of_a_pool_of_one(
         assert store.get(key) is None or store.get(key).holder is None  # type: ignore[union-attr]
     finally:
         store.close()
+
+
+def test_kept_renewal_words_are_the_lease_s_own(
+    redis_url: str, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch renewal reuses each lease's packed words (key, secret, token,
+    ttl) every interval: a lease taken again (a new token and secret) must be
+    renewed with its own, the old holder's words still be refused, a changed
+    ttl be the one set, and the kept words stay bounded."""
+    monkeypatch.setattr("lease_integrations.stores.redis.RENEW_CACHE", 4)
+    store = connect(redis_url)
+    assert isinstance(store, RedisStore)
+    admin = redis.Redis.from_url(redis_url)
+    try:
+        first = store.acquire(key, "h1", "s-first", 30, {}).record
+        assert first is not None
+        assert store.renew_many([(key, "s-first", first.token, 30.0)]) == [True]
+        assert store.release(key, "s-first", first.token)
+        second = store.acquire(key, "h2", "s-second", 30, {}).record
+        assert second is not None and second.token != first.token
+        assert store.renew_many([(key, "s-first", first.token, 30.0),
+                                 (key, "s-second", second.token, 30.0)]) == [False, True]
+        assert store.renew_many([(key, "s-second", second.token, 2.0)]) == [True]
+        expires_ms = int(admin.hget(f"{{lease:{key}}}:rec", "expires_at"))
+        renewed_ms = int(admin.hget(f"{{lease:{key}}}:rec", "renewed_at"))
+        assert expires_ms - renewed_ms == 2000
+        for i in range(10):
+            store.renew_many([(f"{key}-{i}", "s", 1, 30.0)])
+        assert len(store._renew_cache) <= 5
+    finally:
+        admin.close()
+        store.close()
