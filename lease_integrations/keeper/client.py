@@ -458,11 +458,12 @@ class Keeper:
     def _dispatch(self, message: dict[str, Any]) -> None:
         op = message["op"]
         if op == "renewed":
-            self.renewals += len(message["leases"])
-            for lid, started in message["leases"]:
-                entry = self._leases.get(lid)
-                if entry is not None:
-                    entry[0].renewed(started)
+            for started, lids in message["batches"]:
+                self.renewals += len(lids)
+                for lid in lids:
+                    entry = self._leases.get(lid)
+                    if entry is not None:
+                        entry[0].renewed(started)
         elif op in ("ready", "unopened"):
             with self._opened:
                 (self._ready if op == "ready" else self._unopened).add(message["store"])
