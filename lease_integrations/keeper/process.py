@@ -210,6 +210,9 @@ class Keeper:
         self.heartbeat.on_renewed = self._renewed
         self.stores: dict[int, Any] = {}
         self.leases: dict[int, KeptLease] = {}
+        #: The leases a fail-stop block runs under, by id: what the stopper
+        #: watches, without a walk over every lease each tick.
+        self.armed: dict[int, KeptLease] = {}
         self._inbox = threading.RLock()
         self._buffer = b""
         self._cond = threading.Condition()
@@ -283,6 +286,7 @@ class Keeper:
             self._add(message)
         elif op == "drop":
             lease = self.leases.pop(message["id"], None)
+            self.armed.pop(message["id"], None)
             if lease is not None:
                 self.heartbeat.remove(lease)
                 lease.mark_released()
@@ -316,6 +320,8 @@ class Keeper:
         lease.adopted = bool(m.get("adopted"))
         lease.on_lost(self._lost)
         self.leases[lease.lid] = lease
+        if lease.armed:
+            self.armed[lease.lid] = lease
         self.heartbeat.add(lease, store, m["interval"], due=m["started"] + m["interval"])
         self._wake()
 
@@ -355,8 +361,7 @@ class Keeper:
         """While a fail-stop block runs, note the job's tree every tick: if
         the job dies, its children belong to init, out of any walk."""
         at = now()
-        if at < self._snapshot_at or not any(
-                lease.armed for lease in list(self.leases.values())):
+        if at < self._snapshot_at or not self.armed:
             return
         self._snapshot_at = at + SNAPSHOT_EVERY
         self._known = {p for p in self._known if alive(p)}
@@ -375,9 +380,8 @@ class Keeper:
                 self._cond.notify()
 
     def _timer_deadline(self) -> float | None:
-        armed = [timing.timer_at(lease.trusted_until, lease.margin)
-                 for lease in list(self.leases.values()) if lease.armed]
-        return min(armed) if armed else None
+        return min((timing.timer_at(lease.trusted_until, lease.margin)
+                    for lease in list(self.armed.values())), default=None)
 
     def _stopper(self) -> None:
         """Keeps the kernel timer on the armed leases' deadlines, and runs the
@@ -393,10 +397,13 @@ class Keeper:
                     self._stop_at = stop_at
                     break
                 self._snapshot()
+                if not self.armed and stop_at is None:
+                    self._cond.wait()  # nothing to watch until a block's lease comes
+                    continue
                 wait = SNAPSHOT_EVERY if stop_at is None else min(SNAPSHOT_EVERY, stop_at - now())
                 self._cond.wait(max(0.0005, wait))
         self.stopping = True
-        grace = max((lease.grace for lease in self.leases.values() if lease.armed), default=0.0)
+        grace = max((lease.grace for lease in self.armed.values()), default=0.0)
         if self._end_requested:
             self._finish_after_ladder(grace)
         else:
@@ -468,13 +475,12 @@ class Keeper:
             threading.Event().wait()  # the stopper finishes and exits
         self.drain()  # its last words: drops, an "end" with the processes it saw
         with self._cond:
-            armed = any(lease.armed for lease in self.leases.values())
-            self.stopping = armed or bool(self._stops) or self._end_requested
+            self.stopping = bool(self.armed) or bool(self._stops) or self._end_requested
         if self.stopping:
             if self.group is not None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self.group, signal.SIGKILL)
-            grace = max((lease.grace for lease in self.leases.values() if lease.armed),
+            grace = max((lease.grace for lease in self.armed.values()),
                         default=0.0)
             self._end(self._freeze(include_job=False), grace)
             self._release_others()
