@@ -273,6 +273,16 @@ class Airflow3Cluster:
                              for line in content)
         return str(content)
 
+    def keeper_log(self, dag_id: str, run_id: str, task_id: str = "dag_run_lease_keeper") -> str:
+        """What a trigger logged for the task: its try's log and, after it, the
+        triggerer's own lines for this run and task. Airflow 3 carries a
+        trigger's log lines and its end on two sockets; when the end is read
+        first, the trigger's log file is closed and its last lines (the
+        keeper's verdict among them) go to the triggerer's output instead."""
+        own = [line for line in (self.logs / "triggerer.out").read_text(errors="replace")
+               .splitlines() if f"run_id={run_id}" in line and f"task_id={task_id}" in line]
+        return "\n".join([self.task_log(dag_id, run_id, task_id), *own])
+
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
     if proc.poll() is not None:
@@ -377,6 +387,10 @@ class Airflow2Cluster(Airflow3Cluster):
         folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
         paths = sorted(folder.glob(f"attempt={try_number}.log*"), key=lambda p: len(p.name))
         return "\n".join(path.read_text(errors="replace") for path in paths)
+
+    def keeper_log(self, dag_id: str, run_id: str, task_id: str = "dag_run_lease_keeper") -> str:
+        """2.11's triggerer writes a trigger's lines to the file beside the try."""
+        return self.task_log(dag_id, run_id, task_id)
 
 
 #: The cluster class for the installed Airflow.

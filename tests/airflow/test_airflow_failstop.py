@@ -325,7 +325,7 @@ def bash_under_a_broken_run_lease(cluster: AirflowCluster, records: Path, store:
     # The ladder ran to its end: on_kill() ended bash, whose end let execute()
     # return, yet the task process still exited with the ladder's status.
     assert EXIT_75_LOGGED in log, log[-3000:]
-    keeper_log = cluster.task_log(dag_id, run, "dag_run_lease_keeper")
+    keeper_log = cluster.keeper_log(dag_id, run)
     assert "broken from outside by test-operator" in keeper_log
     # The keeper's loss failed the keeper task only: the triggerer serves on.
     assert cluster.procs["triggerer"].poll() is None

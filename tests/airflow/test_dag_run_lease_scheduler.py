@@ -209,7 +209,7 @@ def test_lease_broken_mid_run_fails_the_run(cluster: AirflowCluster, records: Pa
     build_log = cluster.task_log("rl_broken", run, "build")
     assert "stopping this process and everything it started (exit status 75)" in build_log
     assert not any(e["event"].startswith("swallowed") for e in run_events(records, run))
-    keeper_log = cluster.task_log("rl_broken", run, "dag_run_lease_keeper")
+    keeper_log = cluster.keeper_log("rl_broken", run)
     assert "broken from outside by test-operator" in keeper_log
     release_log = cluster.task_log("rl_broken", run, "dag_run_lease_release")
     assert "no longer this run's" in release_log
@@ -299,7 +299,7 @@ def test_a_run_whose_teardown_never_runs_frees_its_lease_within_a_ttl(
                 if e.token == token and e.kind == "released"]
     assert released and released[0].at.timestamp() <= ended + TTL, (released, ended)
     assert current(store, key).holder is None
-    keeper_log = cluster.task_log("rl_no_teardown", run, "dag_run_lease_keeper")
+    keeper_log = cluster.keeper_log("rl_no_teardown", run)
     assert "released by the keeper" in keeper_log
 
 
@@ -323,7 +323,7 @@ def test_a_successful_run_ends_its_lease_as_a_normal_end(
     time.sleep(TTL / 3 + 2)
     kinds = [e.kind for e in store.history(key, limit=100) if e.token == record.token]
     assert kinds == ["acquired", "released"], kinds
-    keeper_log = cluster.task_log("rl_pool_one", run, "dag_run_lease_keeper")
+    keeper_log = cluster.keeper_log("rl_pool_one", run)
     assert "gave it back" in keeper_log or "released by the keeper" in keeper_log, keeper_log
     lost_line = f"lease {key} lost (token {record.token}"
     assert lost_line not in keeper_log
