@@ -1,8 +1,9 @@
 """moto's S3 server as a process of its own on a free 127.0.0.1 port.
 
-moto honours ``If-Match`` and ``If-None-Match`` on PutObject (since 2025), so
-it is a real conditional store for the object-storage guard and the bucket
-store. The test run points boto3 at it the way a user points boto3 at any
+moto honours ``If-Match`` and ``If-None-Match`` on PutObject (since 2025) and,
+started through ``moto_s3.py``, lets only one of several racing writers win
+as S3 does, so it is a real conditional store for the object-storage guard
+and the bucket store. The test run points boto3 at it the way a user points boto3 at any
 endpoint: ``AWS_ENDPOINT_URL`` and the credential variables, set for the
 session (and so inherited by the worker processes the tests start).
 
@@ -50,12 +51,14 @@ def _unavailable(message: str) -> None:
 
 
 class S3Server:
-    """``python -m moto.server`` on 127.0.0.1; stopped by its PID."""
+    """moto's server (``moto_s3.py``: with S3's one winner per conditional
+    write) on 127.0.0.1; stopped by its PID."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, switch_interval: float | None = None) -> None:
         self.directory = directory
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
+        self.switch = ["--switch-interval", str(switch_interval)] if switch_interval else []
 
     @property
     def endpoint(self) -> str:
@@ -64,7 +67,8 @@ class S3Server:
     def start(self) -> None:
         log = open(self.directory / "moto.log", "wb")  # noqa: SIM115 - the child writes it
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            [sys.executable, str(Path(__file__).with_name("moto_s3.py")), *self.switch,
+             "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         deadline = time.monotonic() + START_TIMEOUT
