@@ -9,7 +9,6 @@ had two winners)."""
 
 from __future__ import annotations
 
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -22,10 +21,10 @@ pytest.importorskip("moto.server")
 WRITERS, ROUNDS = 8, 100
 
 
-def test_one_of_the_racing_conditional_writers_wins() -> None:
+def test_one_of_the_racing_conditional_writers_wins(tmp_path: Path) -> None:
     import boto3
 
-    server = S3Server(Path(tempfile.mkdtemp(prefix="lease-s3-race-")), switch_interval=1e-6)
+    server = S3Server(tmp_path, switch_interval=1e-6)
     server.start()
     try:
         make_bucket(server.endpoint, "race")
