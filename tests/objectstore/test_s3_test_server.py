@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers.s3_server import CREDENTIALS, S3Server, make_bucket
+from servers.s3_server import S3Server, make_bucket, s3_client
 
 pytest.importorskip("moto.server")
 
@@ -22,17 +22,11 @@ WRITERS, ROUNDS = 8, 100
 
 
 def test_one_of_the_racing_conditional_writers_wins(tmp_path: Path) -> None:
-    import boto3
-
     server = S3Server(tmp_path, switch_interval=1e-6)
     server.start()
     try:
         make_bucket(server.endpoint, "race")
-        options = {"endpoint_url": server.endpoint,
-                   "aws_access_key_id": CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                   "aws_secret_access_key": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-                   "region_name": CREDENTIALS["AWS_DEFAULT_REGION"]}
-        clients = [boto3.session.Session().client("s3", **options) for _ in range(WRITERS + 1)]
+        clients = [s3_client(server.endpoint) for _ in range(WRITERS + 1)]
         several_won = []
         for round_ in range(ROUNDS):
             etag = clients[0].put_object(Bucket="race", Key="k", Body=b"base %d" % round_)["ETag"]

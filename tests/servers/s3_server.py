@@ -27,6 +27,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,14 +102,19 @@ class S3Server:
         self.proc = None
 
 
-def make_bucket(endpoint: str, bucket: str) -> None:
-    """Create a bucket with boto3 directly (not through the code under test)."""
+def s3_client(endpoint: str) -> Any:
+    """A boto3 S3 client of its own for ``endpoint`` (not the code under test)."""
     import boto3
 
-    boto3.session.Session().client("s3", endpoint_url=endpoint, **{
+    return boto3.session.Session().client("s3", endpoint_url=endpoint, **{
         "aws_access_key_id": CREDENTIALS["AWS_ACCESS_KEY_ID"],
         "aws_secret_access_key": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        "region_name": CREDENTIALS["AWS_DEFAULT_REGION"]}).create_bucket(Bucket=bucket)
+        "region_name": CREDENTIALS["AWS_DEFAULT_REGION"]})
+
+
+def make_bucket(endpoint: str, bucket: str) -> None:
+    """Create a bucket with boto3 directly (not through the code under test)."""
+    s3_client(endpoint).create_bucket(Bucket=bucket)
 
 
 @pytest.fixture(scope="session")
