@@ -24,6 +24,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
+from . import redis_reply
 from .redis_pool import FairQueue, get_connection
 
 
@@ -110,7 +111,10 @@ class ScriptCall:
                 connection.disconnect()  # the send below connects afresh
         try:
             connection.send_packed_command((packed,))  # an iterable of chunks
-            reply = connection.read_response()
+            if redis_reply.reads_itself(connection):
+                reply = redis_reply.read(connection)
+            else:
+                reply = connection.read_response()
         except ResponseError:
             self._give_back(fair, connection)  # the whole reply was read: in step
             raise
