@@ -68,6 +68,9 @@ def read(connection: Any) -> Any:
         except _Short:
             buffer += _recv(sock, connection)
             continue
+        except (ValueError, UnicodeDecodeError) as exc:  # not RESP: a redis error, as redis-py's
+            raise errors.InvalidResponse(f"unreadable reply from {_where(connection)} "
+                                         f"({len(buffer)} bytes, starting {buffer[:1]!r})") from exc
         break
     if pushed or end != len(buffer):  # a notice, or bytes past our reply: out of step
         connection.disconnect()  # the next call connects afresh (see the module)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import redis
-from redis.exceptions import ConnectionError, NoScriptError, ResponseError
+from redis.exceptions import ConnectionError, InvalidResponse, NoScriptError, ResponseError
 
 from lease_integrations.stores import redis_reply
 from lease_integrations.stores.redis_pool import get_connection
@@ -130,3 +130,39 @@ def test_a_connection_the_server_closes_is_a_connection_error(redis_url: str) ->
         client.connection_pool.release(connection)
         client.close()
         killer.close()
+
+
+class _Chunks:
+    """A socket that hands out ``chunks`` one per ``recv``, then EOF: a
+    reply cut where a real network may cut it, deterministically."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    def recv(self, size: int) -> bytes:
+        return self.chunks.pop(0) if self.chunks else b""
+
+
+def _fed(chunks: list[bytes]) -> Any:
+    connection = redis.connection.Connection(protocol=2, decode_responses=True)
+    connection._sock = _Chunks(chunks)
+    return connection
+
+
+@pytest.mark.parametrize("cut", [1, 2, 5, 9, 14, 17])
+def test_a_reply_cut_anywhere_is_read_whole(cut: int) -> None:
+    reply = b"*3\r\n:7\r\n$5\r\nhello\r\n$-1\r\n"
+    connection = _fed([reply[:cut], reply[cut:]])
+    assert redis_reply.read(connection) == [7, "hello", None]
+
+
+@pytest.mark.parametrize("garbage", [b"?what\r\n", b":12x\r\n", b"$abc\r\n"])
+def test_bytes_that_are_no_reply_are_a_redis_error(
+        garbage: bytes) -> None:
+    with pytest.raises(InvalidResponse):
+        redis_reply.read(_fed([garbage]))
+
+
+def test_a_reply_the_server_cuts_short_is_a_connection_error() -> None:
+    with pytest.raises(ConnectionError):
+        redis_reply.read(_fed([b"$10\r\nhal"]))
