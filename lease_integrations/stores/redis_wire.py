@@ -5,10 +5,12 @@ check and an encode per argument, then the reply callbacks) is most of the
 client's time in a short call, and a lease call has more arguments than a
 plain ``SET``. A script call's shape never changes: ``EVALSHA``, the SHA,
 the key count and the key names are packed once per key and reused; only
-the few arguments are packed per call. The connection comes from the
-client's own pool and goes back to it, so timeouts, fork safety, Sentinel's
-failover handling and error mapping are the pool's and the connection's,
-as for any redis-py command; with the store's own pool (``FairQueue``) one
+the few arguments are packed per call, and the reply is read in one pass
+(``redis_reply``) where the connection reads replies as redis-py's own does.
+The connection comes from the client's own pool and goes back to it, so
+timeouts, fork safety and Sentinel's failover handling are the pool's and
+the connection's, as for any redis-py command, and errors are redis-py's
+exceptions; with the store's own pool (``FairQueue``) one
 connection is kept beside it between calls, which skips the pool's
 bookkeeping (about 20 us a call, 40 of an acquire and its release). Not
 for a Redis Cluster client: it routes each call by slot, so there the store
