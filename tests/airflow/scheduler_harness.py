@@ -21,13 +21,16 @@ import os
 import secrets
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from harness import AIRFLOW_2
 
@@ -102,9 +105,7 @@ class Airflow3Cluster:
     # -- life cycle -------------------------------------------------------------
     def start(self) -> Airflow3Cluster:
         with open(self.logs / "db-migrate.out", "wb") as out:
-            for command in self.setup_commands():
-                subprocess.run([str(BIN / "airflow"), *command], env=self.env, check=True,
-                               stdout=out, stderr=subprocess.STDOUT, timeout=START_WAIT)
+            self.prepare_db(out)
         for name in self.COMPONENTS:
             self.start_component(name)
         poll(self._healthy, f"{', '.join(self.COMPONENTS)} to report healthy", START_WAIT, 1.0)
@@ -112,6 +113,41 @@ class Airflow3Cluster:
 
     def setup_commands(self) -> list[list[str]]:
         return [["db", "migrate"]]
+
+    def setup(self, out: IO[bytes]) -> None:
+        for command in self.setup_commands():
+            subprocess.run([str(BIN / "airflow"), *command], env=self.env, check=True,
+                           stdout=out, stderr=subprocess.STDOUT, timeout=START_WAIT)
+
+    def prepare_db(self, out: IO[bytes]) -> None:
+        """This cluster's own fresh metadata DB, migrated (on 2.11 with the API's
+        user in it), before any component starts. Migrating takes 10 to 40 s
+        on two cores, and what it writes depends on nothing that differs
+        between clusters (only on the auth manager and on settings no cluster
+        sets: the default pool's size, the log templates), so it runs once
+        per session into a template that each cluster gets a copy of: a
+        PostgreSQL DB from ``metadata_db()`` is such a copy already, and a
+        SQLite file is copied here. Any other DB is set up as before."""
+        url = self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+        db = self.home / "airflow.db"
+        if url == f"sqlite:///{db}":
+            db.write_bytes(sqlite_template(type(self), self.env["AIRFLOW__CORE__AUTH_MANAGER"]))
+        elif url not in _COPIES:
+            self.setup(out)
+            return
+        out.write(b"the metadata DB is a copy of the session's migrated template\n")
+        out.flush()
+        self.write_config(out)
+
+    def write_config(self, out: IO[bytes]) -> None:
+        """This home's airflow.cfg, as any ``airflow`` command (the migration
+        among them) writes it when it is missing, with a fresh fernet key.
+        The components start together: each would write its own, and a
+        trigger's kwargs encrypted with one key cannot be read with another."""
+        subprocess.run([sys.executable, "-c", "from airflow.configuration import "
+                        "write_default_airflow_configuration_if_needed as write; write()"],
+                       env=self.env, check=True, stdout=out, stderr=subprocess.STDOUT,
+                       timeout=START_WAIT)
 
     def start_component(self, name: str) -> None:
         out = open(self.logs / f"{name}.out", "ab")  # noqa: SIM115 - the child owns it
@@ -397,3 +433,70 @@ class Airflow2Cluster(Airflow3Cluster):
 AirflowCluster: type[Airflow3Cluster] = Airflow2Cluster if AIRFLOW_2 else Airflow3Cluster
 #: What a task's log says when its process exited with the fail-stop status 75.
 EXIT_75_LOGGED = "Task exited with return code 75" if AIRFLOW_2 else '"exit_code": 75'
+
+#: The session's migrated templates: a SQLite file's bytes per cluster class
+#: and auth manager, a PostgreSQL template database's name per server.
+_SQLITE_TEMPLATES: dict[tuple[type[Airflow3Cluster], str], bytes] = {}
+_PG_TEMPLATES: dict[str, str] = {}
+#: The URLs of the PostgreSQL DBs ``metadata_db()`` copied from a template.
+_COPIES: set[str] = set()
+
+
+def _migrate_template(cls: type[Airflow3Cluster], env: dict[str, str], home: Path) -> None:
+    """Runs the setup commands (migrate; on 2.11 the user too) of a cluster of
+    ``cls`` with ``env`` in ``home``, whose components never start."""
+    template = cls(home, home, env)
+    log = template.logs / "db-migrate.out"
+    try:
+        with open(log, "wb") as out:
+            template.setup(out)
+    except subprocess.CalledProcessError as error:
+        raise AssertionError(f"{error}:\n{log.read_text(errors='replace')[-4000:]}") from None
+
+
+def sqlite_template(cls: type[Airflow3Cluster], auth_manager: str) -> bytes:
+    """A migrated SQLite metadata DB, migrated in a throwaway home on first
+    use. Read once the migration's process has exited, after a checkpoint
+    (Airflow runs SQLite in WAL mode): the bytes are the whole DB."""
+    if (cls, auth_manager) not in _SQLITE_TEMPLATES:
+        with tempfile.TemporaryDirectory(prefix="lease-airflow-template-") as home:
+            _migrate_template(cls, {"AIRFLOW__CORE__AUTH_MANAGER": auth_manager}, Path(home))
+            db = Path(home) / "airflow.db"
+            with contextlib.closing(sqlite3.connect(db)) as conn:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            if db.with_name("airflow.db-wal").exists():
+                raise AssertionError(f"{db} is still open after its migration")
+            _SQLITE_TEMPLATES[cls, auth_manager] = db.read_bytes()
+    return _SQLITE_TEMPLATES[cls, auth_manager]
+
+
+def metadata_db(server: Any) -> str:
+    """A fresh PostgreSQL metadata DB of its own for one cluster, already
+    migrated: a copy (``CREATE DATABASE ... TEMPLATE``, a file copy inside
+    the server) of one migrated once per session on this server and never
+    used by a cluster (a template must have no connection while it is copied)."""
+    import psycopg
+    from servers.postgres_server import PASSWORD, USER
+
+    # SQLAlchemy 1.4 (Airflow 2.11) has no psycopg 3 dialect: psycopg2 there.
+    driver = "psycopg2" if AIRFLOW_2 else "psycopg"
+
+    def create(template: str | None) -> str:
+        name = f"airflow_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(server.admin_conninfo, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name} OWNER {USER}"
+                         + (f" TEMPLATE {template}" if template else ""))
+        return f"postgresql+{driver}://{USER}:{PASSWORD}@127.0.0.1:{server.port}/{name}"
+
+    template = _PG_TEMPLATES.get(server.admin_conninfo)
+    if template is None:
+        url = create(None)
+        # psycopg 3 serves both engines (Airflow's async default would need asyncpg).
+        env = {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url,
+               "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": url}
+        with tempfile.TemporaryDirectory(prefix="lease-airflow-template-") as home:
+            _migrate_template(AirflowCluster, env, Path(home))
+        template = _PG_TEMPLATES[server.admin_conninfo] = url.rsplit("/", 1)[1]
+    url = create(template)
+    _COPIES.add(url)
+    return url

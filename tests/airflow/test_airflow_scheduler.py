@@ -12,30 +12,16 @@ from __future__ import annotations
 
 import re
 import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from harness import AIRFLOW_2, HERE, events
-from scheduler_harness import AirflowCluster, poll
+from scheduler_harness import AirflowCluster, metadata_db, poll
 
 from lease_integrations import connect
 
 RUN_WAIT = 300.0
-
-
-def metadata_db(server: Any) -> str:
-    """A fresh database on the session's PostgreSQL test server."""
-    import psycopg
-    from servers.postgres_server import PASSWORD, USER
-
-    name = f"airflow_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(server.admin_conninfo, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name} OWNER {USER}")
-    # SQLAlchemy 1.4 (Airflow 2.11) has no psycopg 3 dialect: psycopg2 there.
-    driver = "psycopg2" if AIRFLOW_2 else "psycopg"
-    return f"postgresql+{driver}://{USER}:{PASSWORD}@127.0.0.1:{server.port}/{name}"
 
 
 def server_db_on_airflow_2(request: pytest.FixtureRequest) -> dict[str, str]:
