@@ -3,6 +3,12 @@
 # edited dependency list rebuilds the environment instead of testing against a stale one.
 
 export UV_PYTHON_DOWNLOADS=never
+# Bytecode compiled once when an environment is built: uv leaves site-packages
+# without .pyc files, and the test processes run with PYTHONDONTWRITEBYTECODE=1,
+# so every Airflow or Prefect process compiled its framework again from source
+# (`airflow version`: 6.6 s, 3.0 s with bytecode; compiling .venv-airflow once
+# takes about 22 s on two cores).
+export UV_COMPILE_BYTECODE=1
 PY311="$(ls -d "$HOME"/.pyenv/versions/3.11.*/bin/python 2>/dev/null | tail -n1 || true)"
 PY313="$(ls -d "$HOME"/.pyenv/versions/3.13.*/bin/python 2>/dev/null | tail -n1 || true)"
 [ -n "$PY311" ] || PY311="$(command -v python3.11 || command -v python3)"
