@@ -3,12 +3,6 @@
 # edited dependency list rebuilds the environment instead of testing against a stale one.
 
 export UV_PYTHON_DOWNLOADS=never
-# Bytecode compiled once when an environment is built: uv leaves site-packages
-# without .pyc files, and the test processes run with PYTHONDONTWRITEBYTECODE=1,
-# so every Airflow or Prefect process compiled its framework again from source
-# (`airflow version`: 6.6 s, 3.0 s with bytecode; compiling .venv-airflow once
-# takes about 22 s on two cores).
-export UV_COMPILE_BYTECODE=1
 PY311="$(ls -d "$HOME"/.pyenv/versions/3.11.*/bin/python 2>/dev/null | tail -n1 || true)"
 PY313="$(ls -d "$HOME"/.pyenv/versions/3.13.*/bin/python 2>/dev/null | tail -n1 || true)"
 [ -n "$PY311" ] || PY311="$(command -v python3.11 || command -v python3)"
@@ -20,6 +14,18 @@ _uv() {
   .venv/bin/uv "$@"
 }
 
+_compile() {  # env dir: its site-packages compiled to bytecode, once, when it is built
+  # uv installs no .pyc files and the test processes run with
+  # PYTHONDONTWRITEBYTECODE=1, so every Airflow or Prefect process compiled its
+  # framework from source again (`airflow version` on 3.3: 6.6 s, 3.0 s with
+  # bytecode; compiling .venv-airflow takes about 22 s on two cores). Here,
+  # not through uv, so that an environment built before also gets it. A file
+  # that does not compile (a template, another Python's syntax) stays source.
+  local site
+  site="$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  "$1/bin/python" -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
+}
+
 ensure_core_env() {
   local want; want="core-$(_stamp)"
   if [ -f .venv/.stamp ] && [ "$(cat .venv/.stamp)" = "$want" ]; then return; fi
@@ -27,6 +33,7 @@ ensure_core_env() {
   [ -x .venv/bin/python ] || "$PY311" -m venv .venv
   .venv/bin/python -m pip install -q --disable-pip-version-check uv
   _uv pip install -q --python .venv/bin/python -e ".[dev,otel]"
+  _compile .venv
   echo "$want" > .venv/.stamp
 }
 
@@ -38,6 +45,7 @@ _ensure_extra_env() {  # name python extras [more requirements...]
   echo "==> building $dir ($extras${*:+ $*})" >&2
   [ -x "$dir/bin/python" ] || _uv venv -q --python "$py" "$dir"
   _uv pip install -q --python "$dir/bin/python" -e ".[$extras]" "$@"
+  _compile "$dir"
   echo "$want" > "$dir/.stamp"
 }
 
@@ -121,6 +129,7 @@ ensure_mongo_env() {
   echo "==> building .venv-mongo (MongoDB-wire server)" >&2
   [ -x .venv-mongo/bin/python ] || _uv venv -q --python "$PY313" .venv-mongo
   _uv pip install -q --python .venv-mongo/bin/python "mongoeco>=4.11" "pymongo>=4.6"
+  _compile .venv-mongo
   echo "$want" > .venv-mongo/.stamp
 }
 
