@@ -120,7 +120,9 @@ for i in "${!names[@]}"; do
   # pytest exit 5 = "no tests collected": an empty phase is a broken phase.
   if [ "$rc" -ne 0 ]; then
     moved="$(moved_versions "$(_env_of_phase "${cmds[$i]}")")"
-    failed+=("${names[$i]} (exit $rc)${moved:+$'\n'    $moved}")
+    # pytest's own short summary of what failed, so the run's last lines name the tests
+    tests_failed="$(grep -E '^(FAILED|ERROR) ' "$LOGS/$i.log" | head -20 | sed 's/^/    /')"
+    failed+=("${names[$i]} (exit $rc)${moved:+$'\n'    $moved}${tests_failed:+$'\n'$tests_failed}")
   fi
   echo "---- ${names[$i]}: exit $rc in $secs s"
 done
