@@ -24,6 +24,8 @@ from .harness import Contender, Result, count_sends, interleaved
 TTL = 30.0  # long enough that no renewal or expiry happens inside a cycle
 BASELINE = "redis-py Lock"
 HOLD = "lease_integrations LeaseLock.hold()"
+#: The same block with nothing armed: what arming fail-stop's death pipes costs.
+HOLD_CHECK = "lease_integrations hold(), on_lost=check"
 
 
 def _client(url: str) -> Any:
@@ -80,6 +82,16 @@ def contenders(url: str) -> list[Contender]:
                          close=pot.close))
 
     out.extend(lease_contenders(url, f"bench-{tag}"))
+    check = connect(url)
+    unarmed = LeaseLock(check, f"bench-{tag}-check", ttl=TTL, on_lost="check")
+
+    def check_enter() -> Any:
+        block = unarmed.hold()
+        block.__enter__()
+        return block
+
+    out.append(Contender(HOLD_CHECK, check_enter, lambda block: block.__exit__(None, None, None),
+                         close=check.close, note="the same block, no death pipe armed"))
     return out
 
 
